@@ -1,0 +1,31 @@
+# `make demo` and `make test` are the two commands of the README: each checks Java, creates
+# .venv, installs sparkwave into it, then runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench lint java
+
+java:
+	@bash scripts/check-java.sh
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: java $(VENV)/.installed
+	$(BIN)/sparkwave demo
+
+test: java $(VENV)/.installed
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest
+
+bench: java $(VENV)/.installed
+	$(BIN)/python -m bench.run_all
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check src tests bench

@@ -1,0 +1,81 @@
+"""The `sparkwave` command: `sql`, `jobs` and `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkwave.errors import SparkwaveError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkwave", description="A streaming database layer for Apache Spark.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_sql = sub.add_parser("sql", help="run SQL statements against a warehouse")
+    p_sql.add_argument("--warehouse", required=True)
+    src = p_sql.add_mutually_exclusive_group(required=True)
+    src.add_argument("-e", dest="text", help="SQL text")
+    src.add_argument("-f", dest="file", help="a file of SQL statements")
+    p_jobs = sub.add_parser("jobs", help="show the jobs of a warehouse (works beside a running owner)")
+    p_jobs.add_argument("--warehouse", required=True)
+    p_jobs.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
+    p_demo = sub.add_parser("demo", help="run the Nexmark demo pipeline")
+    p_demo.add_argument("--warehouse", default="demo-warehouse")
+    p_demo.add_argument("--seconds", type=float, default=40.0)
+    args = parser.parse_args(argv)
+    console = Console()
+    try:
+        if args.command == "sql":
+            return _sql(console, args.warehouse, args.text if args.text is not None else Path(args.file).read_text())
+        if args.command == "jobs":
+            return _jobs(console, args.warehouse, args.watch)
+        from sparkwave.cli.demo import run_demo
+
+        return run_demo(console, args.warehouse, args.seconds)
+    except SparkwaveError as e:
+        console.print(f"[bold red]error:[/] {e}", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _sql(console: Console, warehouse: str, text: str) -> int:
+    from pyspark.sql import DataFrame
+
+    import sparkwave
+
+    with sparkwave.connect(warehouse) as session:
+        result = session.sql(text)
+        if isinstance(result, DataFrame):
+            print_frame(console, result.toArrow().to_pylist(), result.columns)
+        else:
+            session.flush()
+    return 0
+
+
+def print_frame(console: Console, rows: list[dict], columns: list[str], title: str | None = None) -> None:
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*["NULL" if r[c] is None else str(r[c]) for c in columns])
+    console.print(table)
+
+
+def _jobs(console: Console, warehouse: str, watch: bool) -> int:
+    from sparkwave.cli.inspect import jobs_table
+
+    while True:
+        console.print(jobs_table(warehouse))
+        if not watch:
+            return 0
+        time.sleep(1.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

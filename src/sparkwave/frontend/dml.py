@@ -1,0 +1,179 @@
+"""DML: INSERT, UPDATE, DELETE and bulk inserts, evaluated against the latest committed state and
+staged as a batch of intents for the next epoch.
+
+A batch is a Parquet folder `| _op | _seq | columns |` under `staging/`, written before the
+catalog records it, so a crash leaves at most an unreferenced folder. `_op` is +U (upsert) or
+KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to a key wins."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from sparkwave.errors import CatalogError, DataError, SqlError
+from sparkwave.frontend.statements import Statement
+from sparkwave.meta.catalog import Relation
+from sparkwave.meta.runtime import Runtime
+from sparkwave.stream.chunk import Op
+
+DML_SEQ_BASE = 1 << 62
+BATCH_SHIFT = 42
+
+
+def _q(name: str) -> SparkColumn:
+    return F.col(f"`{name}`")
+
+
+def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFrame:
+    """Cast `df`'s columns to the table's types; a value that does not fit raises DataError naming
+    the column, the value and its row."""
+    cols = [c for c in rel.schema.columns if c.name in df.columns]
+    cast = df.select(*[_q(c.name).alias(f"raw_{i}") for i, c in enumerate(cols)],
+                     *[F.expr(f"try_cast(`{c.name}` AS {c.type.spark})").alias(c.name) for c in cols])
+    bad = [(_q(f"raw_{i}").isNotNull() & _q(c.name).isNull()) for i, c in enumerate(cols)]
+    nulls = [_q(k).isNull() for k in rel.schema.key if rel.schema.column(k) and not rel.schema.column(k).hidden]
+    checks = bad + nulls
+    if checks:
+        cond = checks[0]
+        for c in checks[1:]:
+            cond = cond | c
+        first = cast.where(cond).limit(1).collect()
+        if first:
+            row = first[0]
+            for i, c in enumerate(cols):
+                if row[f"raw_{i}"] is not None and row[c.name] is None:
+                    raise DataError(f"{what}: value {row[f'raw_{i}']!r} does not fit column {c.name!r} of type "
+                                    f"{c.type} in table {rel.name!r}")
+            for k in rel.schema.key:
+                if rel.schema.column(k) and row[k] is None:
+                    raise DataError(f"{what}: primary key column {k!r} of table {rel.name!r} cannot be NULL")
+    return cast.select(*[c.name for c in cols])
+
+
+def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
+    """Write a batch of intents and record it in the catalog; returns its row count."""
+    batch = rt.catalog.next_counter("dml_batch", 1)
+    seq = F.lit(DML_SEQ_BASE + (batch << BATCH_SHIFT)) + F.monotonically_increasing_id()
+    if "_row_id" in rel.schema.key and "_row_id" not in df.columns:
+        df = df.withColumn("_row_id", seq)
+    out = df.select(F.lit(int(op)).cast("tinyint").alias("_op"), seq.alias("_seq"),
+                    *[_q(c.name).cast(c.type.spark).alias(c.name) if c.name in df.columns
+                      else F.lit(None).cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
+    path = rt.warehouse.staging_dir() / f"dml-{batch}"
+    out.write.mode("overwrite").parquet(str(path))
+    rows = rt.spark.read.parquet(str(path)).count()
+    rt.catalog.stage_dml(rel.name, str(path), rows)
+    return rows
+
+
+def target_table(rt: Runtime, stmt: Statement, table: exp.Expression | None) -> Relation:
+    if not isinstance(table, exp.Table):
+        raise stmt.error("expected a table name")
+    rel = rt.relation(table.name.lower())
+    if rel.kind != "table":
+        raise stmt.error(f"cannot modify {rel.name!r}: it is a materialized view; DML goes to tables")
+    return rel
+
+
+def insert_values(rt: Runtime, stmt: Statement) -> int:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Insert)
+    target = ast.this
+    columns_given = None
+    if isinstance(target, exp.Schema):
+        columns_given = [c.name.lower() for c in target.expressions]
+        target = target.this
+    rel = target_table(rt, stmt, target)
+    visible = [c.name for c in rel.schema.visible]
+    columns = columns_given or visible
+    for c in columns:
+        if c not in visible:
+            raise CatalogError(f"unknown column {c!r} in INSERT INTO {rel.name} (columns: {', '.join(visible)}) "
+                               f"(at {stmt.where(c)})")
+    values = ast.expression
+    if not isinstance(values, exp.Values):
+        raise stmt.error("only INSERT ... VALUES is supported; use Session.insert for bulk loads", "SELECT")
+    rows = []
+    for n, tup in enumerate(values.expressions, 1):
+        items = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
+        if len(items) != len(columns):
+            raise DataError(f"INSERT INTO {rel.name}: row {n} has {len(items)} values for {len(columns)} columns "
+                            f"({', '.join(columns)})")
+        for item in items:
+            if item.find(exp.Column):
+                raise stmt.error(f"INSERT values must be constants, not {item.sql(dialect='postgres')!r}")
+        rows.append("(" + ", ".join(i.sql(dialect="spark") for i in items) + ")")
+    names = ", ".join(f"`{c}`" for c in columns)
+    try:
+        df = rt.spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS v({names})")
+    except Exception as e:
+        raise DataError(f"INSERT INTO {rel.name}: {str(e).splitlines()[0][:300]}") from None
+    return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), _insert_op(rel))
+
+
+def _insert_op(rel: Relation) -> Op:
+    return Op.INSERT if rel.schema.append_only else Op.UPDATE_INSERT
+
+
+def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
+    if rel.kind != "table":
+        raise CatalogError(f"cannot insert into {rel.name!r}: it is a materialized view")
+    visible = [c.name for c in rel.schema.visible]
+    unknown = [c for c in df.columns if c not in visible]
+    if unknown:
+        raise CatalogError(f"insert into {rel.name!r}: unknown column(s) {', '.join(unknown)} "
+                           f"(columns: {', '.join(visible)})")
+    return stage(rt, rel, checked_cast(rt, rel, df, f"insert into {rel.name}"), _insert_op(rel))
+
+
+def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Update)
+    rel = target_table(rt, stmt, ast.this)
+    _refuse_append_only(stmt, rel, "UPDATE")
+    assignments: dict[str, str] = {}
+    for eq in ast.expressions:
+        col = eq.this.name.lower()
+        if rel.schema.column(col) is None or rel.schema.column(col).hidden:  # type: ignore[union-attr]
+            raise CatalogError(f"unknown column {col!r} in UPDATE {rel.name} (at {stmt.where(col)})")
+        if col in rel.schema.key:
+            raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
+        assignments[col] = eq.expression.sql(dialect="spark")
+    df = _matching(rt, stmt, rel, ast, epoch)
+    try:
+        df = df.select(*[F.expr(assignments[c.name]).alias(c.name) if c.name in assignments else _q(c.name)
+                         for c in rel.schema.columns])
+    except Exception as e:
+        raise SqlError(f"UPDATE {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None
+    return stage(rt, rel, checked_cast(rt, rel, df, f"UPDATE {rel.name}"), Op.UPDATE_INSERT)
+
+
+def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Delete)
+    rel = target_table(rt, stmt, ast.this)
+    _refuse_append_only(stmt, rel, "DELETE")
+    return stage(rt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
+
+
+def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
+    if rel.schema.append_only:
+        raise stmt.error(f"{what} is not allowed on append-only table {rel.name!r}", what)
+
+
+def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expression, epoch: int) -> DataFrame:
+    df = rt.snapshot(rel, epoch).drop("_vnode")
+    where = ast.args.get("where")
+    if where is None:
+        return df
+    for col in where.find_all(exp.Column):
+        c = rel.schema.column(col.name.lower())
+        if c is None or c.hidden:
+            raise CatalogError(f"unknown column {col.name!r} in WHERE of {stmt.kind.upper()} {rel.name} "
+                               f"(at {stmt.where(col.name)})")
+    try:
+        return df.where(where.this.sql(dialect="spark"))
+    except Exception as e:
+        raise SqlError(f"{stmt.kind.upper()} {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None

@@ -1,0 +1,377 @@
+"""The Session: the owner of a warehouse, its barrier loop and its SQL entry point."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from sparkwave.connectors import make_connector
+from sparkwave.errors import CatalogError, SparkwaveError, SqlError
+from sparkwave.frontend import dml
+from sparkwave.frontend.planner import SYSTEM_NAMES, plan_mv
+from sparkwave.frontend.statements import Statement, parse
+from sparkwave.meta.barrier import BarrierLoop, EpochReport
+from sparkwave.meta.catalog import Catalog, Relation
+from sparkwave.meta.crash import crash_point
+from sparkwave.meta.ownership import Ownership
+from sparkwave.meta.runtime import Runtime
+from sparkwave.spark import configure, create_spark
+from sparkwave.storage.compaction import compact, write_base
+from sparkwave.storage.retention import apply_retention
+from sparkwave.storage.schema import Column, Schema, parse_type
+from sparkwave.storage.warehouse import Warehouse
+from sparkwave.stream.chunk import vnode
+from sparkwave.stream.project_filter import ProjectFilter
+
+log = logging.getLogger("sparkwave")
+
+SETTINGS = {
+    "retention_seconds": ("3600", "how long committed epochs stay readable with as_of"),
+    "compaction_epochs": ("50", "log epochs since the base that trigger a compaction"),
+    "backfill_strategy": ("blocking", "how CREATE MATERIALIZED VIEW fills a new MV"),
+}
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: int
+    name: str
+    kind: str
+    strategy: str
+    phase: str
+    created_epoch: int
+
+
+def connect(warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
+            barrier_interval_ms: int = 1000, on_epoch: Callable[[EpochReport], None] | None = None) -> Session:
+    """Open (creating or recovering) a warehouse and start its barrier loop."""
+    return Session(warehouse, spark=spark, barrier_interval_ms=barrier_interval_ms, on_epoch=on_epoch)
+
+
+class Session:
+    """Owns a warehouse while open. `sql()` runs statements; the barrier loop runs in a background
+    thread and commits an epoch every `barrier_interval_ms` (or at once on `flush()`)."""
+
+    def __init__(self, warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
+                 barrier_interval_ms: int = 1000, on_epoch: Callable[[EpochReport], None] | None = None) -> None:
+        if barrier_interval_ms <= 0:
+            raise SparkwaveError("barrier_interval_ms must be positive")
+        self.warehouse = Warehouse(warehouse)
+        self.warehouse.create()
+        self._ownership = Ownership(self.warehouse.owner_path)
+        self._ownership.acquire()
+        try:
+            if spark is None:
+                spark = create_spark()
+            else:
+                configure(spark)
+            self.spark = spark
+            self.catalog = Catalog(self.warehouse.catalog_path)
+            self.rt = Runtime(spark, self.warehouse, self.catalog)
+            self.loop = BarrierLoop(self.rt, barrier_interval_ms, on_epoch)
+            self._ddl_lock = threading.Lock()
+            self._recover()
+            self.loop.start()
+            self._closed = False
+            self._compactor_stop = threading.Event()
+            self._compactor = threading.Thread(target=self._compact_loop, name="sparkwave-compactor", daemon=True)
+            self._compactor.start()
+        except BaseException:
+            self._ownership.release()
+            raise
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def _recover(self) -> None:
+        known = {r.name for r in self.catalog.relations()}
+        for name in self.warehouse.relation_dirs():
+            if name not in known:  # a DDL that crashed before its catalog commit
+                self.warehouse.remove_tree(self.warehouse.relation_dir(name))
+        with self.catalog.transaction() as db:
+            for table in ("log_files", "bases", "base_files", "source_offsets", "pins"):
+                db.execute(f"DELETE FROM {table} WHERE relation NOT IN (SELECT name FROM relations)")
+        staged = {p for *_, p, _ in self.catalog.pending_dml()} | {p for _, p in self.catalog.consumed_dml()}
+        staged |= {r[0] for r in self.catalog._all("SELECT path FROM dml")}
+        for entry in os.listdir(self.warehouse.staging_dir()):
+            path = str(self.warehouse.staging_dir() / entry)
+            if path not in staged:
+                self.warehouse.remove_tree(self.warehouse.staging_dir() / entry)
+        self.loop.recover()
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._compactor_stop.set()
+        self.loop.stop()
+        self._compactor.join()
+        self.catalog.close()
+        self._ownership.release()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SparkwaveError("this session is closed")
+
+    # --- public API ----------------------------------------------------------------------------
+    def sql(self, text: str) -> DataFrame | None:
+        """Run one or more `;`-separated statements; returns the last statement's result."""
+        self._check_open()
+        result = None
+        for stmt in parse(text):
+            result = self._execute(stmt)
+        return result
+
+    def flush(self) -> int:
+        self._check_open()
+        return self.loop.flush()
+
+    @property
+    def committed_epoch(self) -> int:
+        return self.catalog.committed_epoch()
+
+    def table(self, name: str, as_of: int | None = None) -> DataFrame:
+        rel = self.rt.relation(name.lower())
+        epoch = self.committed_epoch if as_of is None else as_of
+        return self.rt.visible(rel, epoch)
+
+    def insert(self, table: str, data: Any) -> int:
+        """Bulk-load rows from a pyarrow Table, a pandas DataFrame or a Spark DataFrame."""
+        self._check_open()
+        rel = self.rt.relation(table.lower())
+        if isinstance(data, DataFrame):
+            df = data
+        elif isinstance(data, pa.Table):
+            df = self.spark.createDataFrame(data)
+        elif hasattr(data, "to_records") and hasattr(data, "columns"):
+            df = self.spark.createDataFrame(pa.Table.from_pandas(data, preserve_index=False))
+        else:
+            raise SparkwaveError(f"insert into {table!r}: expected a pyarrow Table, pandas DataFrame or Spark "
+                                 f"DataFrame, got {type(data).__name__}")
+        return dml.insert_frame(self.rt, rel, df)
+
+    def jobs(self) -> list[JobInfo]:
+        return [JobInfo(i + 1, r.name, "table" if r.kind == "table" else "materialized view",
+                        r.definition.get("backfill_strategy", "-"), "created", r.created_epoch)
+                for i, r in enumerate(self.catalog.relations())]
+
+    def compact(self, name: str | None = None) -> list[str]:
+        """Compact now (every relation, or `name`) at the committed epoch, then apply retention."""
+        self._check_open()
+        done = []
+        epoch = self.committed_epoch
+        rels = [self.rt.relation(name.lower())] if name else self.catalog.relations()
+        with self._ddl_lock:
+            for rel in rels:
+                if compact(self.rt, rel, epoch):
+                    done.append(rel.name)
+                apply_retention(self.rt, rel, self._retention_seconds())
+        return done
+
+    def _retention_seconds(self) -> float:
+        return float(self._setting("retention_seconds"))
+
+    def _setting(self, key: str) -> str:
+        return self.catalog.setting(f"config.{key}", SETTINGS[key][0]) or SETTINGS[key][0]
+
+    def _compact_loop(self) -> None:
+        while not self._compactor_stop.wait(max(1.0, self.loop.interval_ms / 1000 * 5)):
+            try:
+                threshold = int(self._setting("compaction_epochs"))
+                epoch = self.committed_epoch
+                for rel in self.catalog.relations():
+                    if self._compactor_stop.is_set():
+                        return
+                    base = self.catalog.base_at(rel.name, epoch)
+                    n, _ = self.catalog.log_rows_since(rel.name, base.epoch if base else 0)
+                    if n >= threshold:
+                        with self._ddl_lock:  # DROP must not remove a relation under us
+                            if self.catalog.relation(rel.name) is not None:
+                                compact(self.rt, rel, epoch)
+                                apply_retention(self.rt, rel, self._retention_seconds())
+            except Exception:
+                log.exception("compaction failed; it will be retried")
+
+    # --- statements ----------------------------------------------------------------------------
+    def _execute(self, stmt: Statement) -> DataFrame | None:
+        handler = getattr(self, f"_do_{stmt.kind}")
+        return handler(stmt)
+
+    def _do_flush(self, stmt: Statement) -> None:
+        self.flush()
+
+    def _do_set(self, stmt: Statement) -> None:
+        key, value = stmt.args["key"], stmt.args["value"]
+        if key not in SETTINGS:
+            raise stmt.error(f"unknown setting {key!r}; known: {', '.join(SETTINGS)}", key)
+        if key == "backfill_strategy" and value.lower() not in ("blocking",):
+            raise stmt.error(f"unknown backfill strategy {value!r}; supported: blocking", value)
+        if key != "backfill_strategy":
+            try:
+                if float(value) < 0:
+                    raise ValueError
+            except ValueError:
+                raise stmt.error(f"setting {key} needs a non-negative number, got {value!r}", value) from None
+        self.catalog.set_setting(f"config.{key}", value.lower())
+
+    def _do_show(self, stmt: Statement) -> DataFrame:
+        what = stmt.args["what"]
+        rels = self.catalog.relations()
+        if what == "TABLES":
+            return self.spark.createDataFrame([(r.name,) for r in rels if r.kind == "table"], "name string")
+        if what == "MATERIALIZED VIEWS":
+            return self.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels if r.kind == "mv"],
+                                              "name string, definition string")
+        return self.spark.createDataFrame(
+            [(j.id, j.name, j.kind, j.strategy, j.phase, j.created_epoch) for j in self.jobs()],
+            "id int, name string, kind string, strategy string, phase string, created_epoch bigint")
+
+    def _do_describe(self, stmt: Statement) -> DataFrame:
+        rel = self.rt.relation(stmt.args["name"])
+        rows = [(c.name, c.type.name, c.name in rel.schema.key, c.hidden) for c in rel.schema.columns]
+        return self.spark.createDataFrame(rows, "name string, type string, is_key boolean, is_hidden boolean")
+
+    def _do_query(self, stmt: Statement) -> DataFrame:
+        assert stmt.ast is not None
+        epoch = self.committed_epoch
+        for t in {t.name.lower() for t in stmt.ast.find_all(exp.Table)}:
+            rel = self.catalog.relation(t)
+            if rel is None:
+                continue
+            self.rt.visible(rel, epoch).createOrReplaceTempView(t)
+        try:
+            return self.spark.sql(stmt.ast.sql(dialect="spark"))
+        except Exception as e:
+            raise SqlError(f"query failed: {str(e).strip().splitlines()[0][:300]} (at {stmt.where()})") from None
+
+    def _do_insert(self, stmt: Statement) -> None:
+        dml.insert_values(self.rt, stmt)
+
+    def _do_update(self, stmt: Statement) -> None:
+        dml.update(self.rt, stmt, self.committed_epoch)
+
+    def _do_delete(self, stmt: Statement) -> None:
+        dml.delete(self.rt, stmt, self.committed_epoch)
+
+    def _do_create_table(self, stmt: Statement) -> None:
+        ast = stmt.ast
+        assert isinstance(ast, exp.Create)
+        name = ast.this.this.name.lower()
+        if self.catalog.relation(name) is not None:
+            if stmt.args["if_not_exists"]:
+                return
+            raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        columns: list[Column] = []
+        key: list[str] = []
+        for item in ast.this.expressions:
+            if isinstance(item, exp.ColumnDef):
+                cname = item.this.name.lower()
+                if cname in SYSTEM_NAMES or cname == "_row_id":
+                    raise stmt.error(f"column name {cname!r} is reserved", cname)
+                if any(c.name == cname for c in columns):
+                    raise stmt.error(f"duplicate column {cname!r}", cname)
+                if item.args.get("kind") is None:
+                    raise stmt.error(f"column {cname!r} needs a type", cname)
+                columns.append(Column(cname, parse_type(item.args["kind"].sql(dialect="postgres"))))
+                if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in item.constraints):
+                    key.append(cname)
+            elif isinstance(item, exp.PrimaryKey):
+                key.extend(i.name.lower() for i in item.expressions)
+            else:
+                raise stmt.error(f"unsupported table element {item.sql(dialect='postgres')!r}")
+        if not columns:
+            raise stmt.error(f"table {name!r} needs at least one column")
+        for k in key:
+            if not any(c.name == k for c in columns):
+                raise stmt.error(f"primary key column {k!r} is not a column of {name!r}", k)
+        append_only = stmt.args["append_only"]
+        if append_only and key:
+            raise stmt.error("an APPEND ONLY table has no primary key", "APPEND ONLY")
+        options = stmt.args["options"]
+        if options and "connector" not in options:
+            raise stmt.error("WITH options of a table need connector = '...'", "WITH")
+        if options and not key:
+            append_only = True
+        if not key:
+            columns.append(Column("_row_id", parse_type("bigint"), hidden=True))
+            key = ["_row_id"]
+        schema = Schema(tuple(columns), tuple(key), append_only)
+        definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        if options:
+            make_connector(name, schema, options)  # validates the options
+            definition["connector"] = options
+        with self.loop.lock:
+            rel = Relation(name, "table", schema, definition, self.committed_epoch)
+            self.rt.stored(rel).create()
+            with self.catalog.transaction() as db:
+                self.catalog.add_relation(db, rel)
+
+    def _do_create_mv(self, stmt: Statement) -> None:
+        name = stmt.args["name"]
+        if self.catalog.relation(name) is not None:
+            if stmt.args["if_not_exists"]:
+                return
+            raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        options = {k.lower(): v for k, v in stmt.args["options"].items()}
+        unknown = set(options) - {"backfill_strategy"}
+        if unknown:
+            raise stmt.error(f"unknown option(s) {', '.join(sorted(unknown))} for CREATE MATERIALIZED VIEW", "WITH")
+        strategy = options.get("backfill_strategy", self._setting("backfill_strategy")).lower()
+        if strategy != "blocking":
+            raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: blocking", "backfill_strategy")
+        assert stmt.ast is not None
+        mv = plan_mv(stmt, stmt.ast, self.rt.relation, self.spark)
+        definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": [mv.upstream],
+                      "project_filter": mv.project_filter.to_json(), "backfill_strategy": strategy}
+        with self.loop.lock:  # blocking backfill: the main graph waits at an epoch boundary
+            epoch = self.committed_epoch
+            rel = Relation(name, "mv", mv.schema, definition, epoch)
+            self.rt.stored(rel).create()
+            upstream = self.rt.relation(mv.upstream)
+            rows = self.rt.snapshot(upstream, epoch).drop("_vnode").select(
+                F.lit(1).cast("tinyint").alias("_op"), F.lit(0).cast("bigint").alias("_seq"), "*")
+            built = _backfill_rows(mv.project_filter, rows, mv.schema)
+            base = write_base(self.rt, rel, built, epoch, crash_name="mid_backfill", record=False)
+            with self.catalog.transaction() as db:
+                self.catalog.add_relation(db, rel)
+                self.catalog.add_base(db, name, epoch, base.version, sum(base.rows), base.files)
+
+    def _do_drop(self, stmt: Statement) -> None:
+        name = stmt.args["name"]
+        rel = self.catalog.relation(name)
+        if rel is None:
+            if stmt.args["if_exists"]:
+                return
+            raise CatalogError(f"cannot drop {name!r}: no such table or materialized view (at {stmt.where(name)})")
+        if rel.kind != stmt.args["kind"]:
+            what = "a table" if rel.kind == "table" else "a materialized view"
+            raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
+        with self.loop.lock, self._ddl_lock:
+            dependents = [r.name for r in self.catalog.relations() if name in r.upstreams]
+            if dependents:
+                raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "
+                                   "drop them first")
+            with self.catalog.transaction() as db:
+                self.catalog.remove_relation(db, name)
+            self.rt.forget(name)
+            self.warehouse.remove_tree(self.warehouse.relation_dir(name))
+
+
+def _backfill_rows(pf: ProjectFilter, rows: DataFrame, schema: Schema) -> DataFrame:
+    out = pf.apply(rows)
+    return out.select(vnode(list(schema.key)).alias("_vnode"),
+                      *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
+

@@ -1,0 +1,181 @@
+"""Splitting SQL text into statements and recognising each one.
+
+sqlglot (PostgreSQL dialect) parses the standard statements. The RisingWave ones it does not
+know (`FLUSH`, `SHOW JOBS`, `APPEND ONLY`, connector `WITH (...)` options) are recognised here
+first. Every error names the statement and its line and column in the submitted text."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from sparkwave.errors import SqlError
+
+DIALECT = "postgres"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement: its text, where it starts in the submitted text, and its parsed form."""
+
+    text: str
+    line: int
+    col: int
+    kind: str  # flush | show | describe | set | create_table | create_mv | drop | insert | update | delete | query
+    ast: exp.Expression | None = None
+    args: dict = field(default_factory=dict)
+
+    def where(self, keyword: str | None = None) -> str:
+        """'line L, column C' of the statement, or of `keyword` inside it."""
+        line, col = self.line, self.col
+        if keyword:
+            m = re.search(r"\b" + r"\s+".join(map(re.escape, keyword.split())) + r"\b", self.text, re.IGNORECASE)
+            if m:
+                before = self.text[: m.start()]
+                nl = before.count("\n")
+                line = self.line + nl
+                col = (len(before) - before.rfind("\n")) if nl else self.col + len(before)
+        return f"line {line}, column {col}"
+
+    def error(self, message: str, keyword: str | None = None) -> SqlError:
+        return SqlError(f"{message} (at {self.where(keyword)}: {self.snippet})")
+
+    @property
+    def snippet(self) -> str:
+        s = " ".join(self.text.split())
+        return s if len(s) <= 80 else s[:77] + "..."
+
+
+def split(text: str) -> list[tuple[str, int, int]]:
+    """Statements of `text` as (text, line, column), split on top-level semicolons."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(text)
+    except TokenError as e:
+        raise SqlError(f"cannot tokenize SQL: {e}") from None
+    out, start = [], 0
+    for t in [*tokens, None]:
+        end = t.start if t is not None and t.token_type == TokenType.SEMICOLON else (len(text) if t is None else -1)
+        if end < 0:
+            continue
+        chunk = text[start:end]
+        stripped = chunk.strip()
+        if stripped:
+            offset = start + (len(chunk) - len(chunk.lstrip()))
+            line = text.count("\n", 0, offset) + 1
+            col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+            out.append((stripped, line, col))
+        if t is not None:
+            start = t.end + 1
+    return out
+
+
+_NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
+_OPTIONS = re.compile(r"\bWITH\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
+_OPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*('(?:[^']|'')*'|[-+]?[0-9.]+|[A-Za-z_]+)\s*(?:,|$)")
+
+
+def parse_options(stmt_text: str, body: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    pos = 0
+    body = body.strip()
+    while pos < len(body):
+        m = _OPTION.match(body, pos)
+        if not m:
+            raise SqlError(f"cannot parse WITH option near {body[pos:pos + 30]!r}; expected key = 'value' "
+                           f"(in: {' '.join(stmt_text.split())[:80]})")
+        value = m.group(2)
+        options[m.group(1).lower()] = value[1:-1].replace("''", "'") if value.startswith("'") else value
+        pos = m.end()
+    return options
+
+
+def parse(text: str) -> list[Statement]:
+    return [classify(t, line, col) for t, line, col in split(text)]
+
+
+def classify(text: str, line: int, col: int) -> Statement:
+    base = Statement(text, line, col, "")
+    words = text.split()
+    head = " ".join(words[:3]).upper()
+    if re.fullmatch(r"FLUSH", text, re.IGNORECASE):
+        return Statement(text, line, col, "flush")
+    m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS)", text, re.IGNORECASE)
+    if m:
+        return Statement(text, line, col, "show", args={"what": " ".join(m.group(1).upper().split())})
+    if head.startswith("SHOW"):
+        raise base.error("unsupported SHOW statement; supported: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW JOBS")
+    m = re.fullmatch(r"(?:DESCRIBE|DESC)\s+" + _NAME, text, re.IGNORECASE)
+    if m:
+        return Statement(text, line, col, "describe", args={"name": m.group(1).lower()})
+    m = re.fullmatch(r"SET\s+" + _NAME + r"\s*(?:=|\bTO\b)\s*(.+)", text, re.IGNORECASE | re.DOTALL)
+    if m:
+        value = m.group(2).strip()
+        value = value[1:-1] if value.startswith("'") and value.endswith("'") else value
+        return Statement(text, line, col, "set", args={"key": m.group(1).lower(), "value": value})
+    if re.match(r"CREATE\s+TABLE\b", text, re.IGNORECASE):
+        return _create_table(base)
+    m = re.match(r"CREATE\s+MATERIALIZED\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME + r"\s*(WITH\s*\((.*?)\)\s*)?AS\s+(.*)$",
+                 text, re.IGNORECASE | re.DOTALL)
+    if m:
+        options = parse_options(text, m.group(4)) if m.group(3) else {}
+        query = _parse_sql(base, m.group(5))
+        return Statement(text, line, col, "create_mv", query,
+                         {"name": m.group(2).lower(), "if_not_exists": bool(m.group(1)), "options": options,
+                          "query": m.group(5)})
+    m = re.fullmatch(r"DROP\s+(TABLE|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME, text, re.IGNORECASE)
+    if m:
+        kind = "table" if m.group(1).upper() == "TABLE" else "mv"
+        return Statement(text, line, col, "drop", args={"kind": kind, "name": m.group(3).lower(),
+                                                        "if_exists": bool(m.group(2))})
+    ast = _parse_sql(base, text)
+    if isinstance(ast, exp.Insert):
+        return Statement(text, line, col, "insert", ast)
+    if isinstance(ast, exp.Update):
+        return Statement(text, line, col, "update", ast)
+    if isinstance(ast, exp.Delete):
+        return Statement(text, line, col, "delete", ast)
+    if isinstance(ast, exp.Query):
+        return Statement(text, line, col, "query", ast)
+    raise base.error(f"unsupported statement {(words[0] if words else '').upper()} {type(ast).__name__}".strip())
+
+
+def _parse_sql(base: Statement, text: str) -> exp.Expression:
+    try:
+        asts = sqlglot.parse(text, dialect=DIALECT)
+    except ParseError as e:
+        err = e.errors[0] if e.errors else {}
+        line = base.line + err.get("line", 1) - 1
+        col = err.get("col", 0) + (base.col - 1 if err.get("line", 1) == 1 else 0)
+        raise SqlError(f"syntax error at line {line}, column {col}: {err.get('description', str(e))} "
+                       f"near {err.get('highlight', '')!r} (in: {base.snippet})") from None
+    if len(asts) != 1 or asts[0] is None:
+        raise base.error("expected exactly one statement")
+    return asts[0]
+
+
+def _create_table(base: Statement) -> Statement:
+    text = base.text
+    options: dict[str, str] = {}
+    body = text
+    m = _OPTIONS.search(body)
+    if m:
+        options = parse_options(text, m.group(1))
+        body = body[: m.start()]
+    append_only = False
+    m2 = re.search(r"\bAPPEND\s+ONLY\s*$", body.rstrip(), re.IGNORECASE)
+    if m2:
+        append_only = True
+        body = body.rstrip()[: m2.start()]
+    ast = _parse_sql(base, body)
+    if not isinstance(ast, exp.Create) or not isinstance(ast.this, exp.Schema):
+        raise base.error("expected CREATE TABLE name (column type, ..., [PRIMARY KEY (...)])")
+    if ast.expression is not None:
+        raise base.error("CREATE TABLE ... AS SELECT is not supported; use CREATE MATERIALIZED VIEW", "AS")
+    return Statement(text, base.line, base.col, "create_table", ast,
+                     {"append_only": append_only, "options": options,
+                      "if_not_exists": bool(ast.args.get("exists"))})

@@ -1,0 +1,247 @@
+"""The barrier loop: the main graph advances one epoch at a time.
+
+Each epoch, in this order (a crash between any two steps is recovered by replaying the plan):
+1. **Plan**: the source offset ranges and the staged DML batches the epoch takes; persisted
+   before anything executes.
+2. **Execute** every job in dependency order on Spark. A table's job turns its intents into log
+   rows; an MV's job projects, filters and nets its upstream's log rows.
+3. **Commit** each changed relation's log as one Delta version tagged with the epoch (skipped if
+   `transaction_version` shows it is already there), then mark the epoch committed in the catalog
+   together with the source offsets. Only the catalog commit makes the epoch visible.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkwave.errors import PipelineError
+from sparkwave.meta.catalog import Relation
+from sparkwave.meta.crash import crash_point
+from sparkwave.meta.epoch import next_epoch
+from sparkwave.meta.runtime import Runtime
+from sparkwave.storage import snapshot as snap
+from sparkwave.storage.table import APP_ID
+from sparkwave.stream.materialize import materialize_mv, materialize_table
+from sparkwave.stream.project_filter import ProjectFilter
+
+log = logging.getLogger("sparkwave.barrier")
+
+
+@dataclass
+class EpochReport:
+    epoch: int
+    rows_in: int
+    rows_out: dict[str, int]
+    latency_ms: float
+
+
+@dataclass
+class _Epoch:
+    epoch: int
+    prev: int
+    plan: dict
+    chunks: dict[str, pa.Table | None] = field(default_factory=dict)
+
+
+def topo_order(relations: list[Relation]) -> list[Relation]:
+    by_name = {r.name: r for r in relations}
+    done: set[str] = set()
+    out: list[Relation] = []
+
+    def visit(r: Relation) -> None:
+        if r.name in done:
+            return
+        done.add(r.name)
+        for u in r.upstreams:
+            if u in by_name:
+                visit(by_name[u])
+        out.append(r)
+
+    for r in relations:
+        visit(r)
+    return out
+
+
+class BarrierLoop:
+    """Runs epochs, on demand (`run_epoch`) or every `interval_ms` in a background thread.
+
+    `lock` is held for a whole epoch; DDL takes it to act between two epochs."""
+
+    def __init__(self, rt: Runtime, interval_ms: int, on_epoch: Callable[[EpochReport], None] | None = None):
+        self.rt = rt
+        self.interval_ms = interval_ms
+        self.lock = threading.RLock()
+        self.on_epoch = on_epoch
+        self.error: BaseException | None = None
+        self._wake = threading.Condition()
+        self._committed = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._flush_requests = 0
+
+    # --- thread --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sparkwave-barrier-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        if self._thread:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if not self._stop and self._flush_requests == 0:
+                    self._wake.wait(self.interval_ms / 1000)
+                if self._stop:
+                    return
+                self._flush_requests = 0
+            try:
+                self.run_epoch()
+                self.error = None
+            except Exception as e:  # the loop must survive: the error is reported to waiters
+                log.exception("epoch failed")
+                self.error = e
+                with self._committed:
+                    self._committed.notify_all()
+                with self._wake:
+                    self._wake.wait(min(5.0, self.interval_ms / 1000))
+
+    def flush(self) -> int:
+        """Return once an epoch planned after this call has committed; returns that epoch."""
+        t0 = time.time()
+        with self._wake:
+            self._flush_requests += 1
+            self._wake.notify_all()
+        with self._committed:
+            while True:
+                if self.error is not None:
+                    raise PipelineError(f"the pipeline's barrier loop failed: {self.error}") from self.error
+                row = self.rt.catalog._one(
+                    "SELECT max(epoch) FROM epochs WHERE state = 'committed' AND planned_at >= ?", (t0,))
+                if row and row[0] is not None:
+                    return int(row[0])
+                self._committed.wait(1.0)
+                if self._thread is None or not self._thread.is_alive():
+                    raise PipelineError("the pipeline is closed")
+
+    # --- one epoch -----------------------------------------------------------------------------
+    def recover(self) -> int | None:
+        """Replay the first planned but uncommitted epoch, with its persisted plan."""
+        pending = self.rt.catalog.uncommitted_plan()
+        if pending is None:
+            return None
+        epoch, prev, plan = pending
+        with self.lock:
+            self._execute_and_commit(_Epoch(epoch, prev, plan), time.time())
+        return epoch
+
+    def run_epoch(self) -> EpochReport:
+        with self.lock:
+            t0 = time.time()
+            prev = self.rt.catalog.committed_epoch()
+            e = _Epoch(next_epoch(prev), prev, {})
+            dml_ids = self._plan(e)
+            self.rt.catalog.persist_plan(e.epoch, e.prev, e.plan, dml_ids)
+            crash_point("after_plan")
+            return self._execute_and_commit(e, t0)
+
+    def _plan(self, e: _Epoch) -> list[int]:
+        sources: dict[str, dict[str, list[int]]] = {}
+        for rel in self.rt.catalog.relations():
+            conn = self.rt.connector(rel)
+            if conn is None:
+                continue
+            committed = self.rt.catalog.source_offsets(rel.name)
+            per_epoch = max(1, conn.rows_per_second * self.interval_ms // 1000 // max(1, len(conn.splits)))
+            for split in conn.splits:
+                start = committed.get(split, 0)
+                end = start + per_epoch
+                limit = conn.limit(split)
+                if limit is not None:
+                    end = min(end, limit)
+                if end > start:
+                    sources.setdefault(rel.name, {})[split] = [start, end]
+        pending = self.rt.catalog.pending_dml()
+        e.plan = {"sources": sources, "dml": [i for i, *_ in pending]}
+        return [i for i, *_ in pending]
+
+    def _execute_and_commit(self, e: _Epoch, t0: float) -> EpochReport:
+        relations = topo_order(self.rt.catalog.relations())
+        dml = self.rt.catalog.dml_batches(e.plan.get("dml", []))
+        rows_in = sum(r for *_, r in dml) + sum(
+            end - start for splits in e.plan.get("sources", {}).values() for start, end in splits.values())
+        for i, rel in enumerate(relations):
+            e.chunks[rel.name] = self._execute(rel, e, dml)
+            if i == 0:
+                crash_point("mid_execute")
+        logs: list[tuple[str, str, int, int]] = []
+        for rel in relations:
+            chunk = e.chunks[rel.name]
+            if chunk is None or chunk.num_rows == 0:
+                continue
+            path, rows, version = self.rt.stored(rel).append_log(e.epoch, chunk)
+            logs.append((rel.name, path, rows, version))
+            crash_point("mid_commit")
+        crash_point("before_catalog_commit")
+        offsets = {rel: {s: end for s, (_, end) in splits.items()}
+                   for rel, splits in e.plan.get("sources", {}).items()}
+        latency = (time.time() - t0) * 1000
+        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency)
+        with self._committed:
+            self._committed.notify_all()
+        self._forget_consumed_dml()
+        report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency)
+        if self.on_epoch:
+            self.on_epoch(report)
+        return report
+
+    def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+        stored = self.rt.stored(rel)
+        done = stored.log.transaction_version(APP_ID)
+        if done is not None and done >= e.epoch:
+            return stored.read_log_epoch(e.epoch)
+        spark = self.rt.spark
+        if rel.kind == "table":
+            parts: list[DataFrame] = []
+            conn = self.rt.connector(rel)
+            for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
+                assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
+                rows = conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint"))
+                parts.append(rows)
+            files = [path for _, r, path, _ in dml if r == rel.name]
+            if files:
+                parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
+            if not parts:
+                return None
+            intents = parts[0]
+            for p in parts[1:]:
+                intents = intents.unionByName(p)
+            state = (spark.createDataFrame([], rel.schema.spark_ddl()) if rel.schema.append_only
+                     else snap.snapshot(spark, self.rt.catalog, rel.name, rel.schema, e.prev))
+            out = materialize_table(intents, state, rel.schema, e.epoch)
+        else:
+            up = e.chunks.get(rel.definition["upstreams"][0])
+            if up is None or up.num_rows == 0:
+                return None
+            pf = ProjectFilter.from_json(rel.definition["project_filter"])
+            out = materialize_mv(pf.apply(spark.createDataFrame(up)), rel.schema, e.epoch)
+        return out.toArrow()
+
+    def _forget_consumed_dml(self) -> None:
+        consumed = self.rt.catalog.consumed_dml()
+        for _, path in consumed:
+            self.rt.warehouse.remove_file(path)
+        if consumed:
+            self.rt.catalog.forget_dml([i for i, _ in consumed])

@@ -1,0 +1,66 @@
+"""The SparkSession sparkwave runs on, and the settings it needs on any session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from pyspark.sql import SparkSession
+
+from sparkwave.errors import SparkwaveError
+
+REQUIRED_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Streaming semantics as in RisingWave: a bad value in one row (division by zero, a failed
+    # cast) yields NULL rather than stopping every job of the epoch.
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def java_version() -> int | None:
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
+        "JAVA_HOME") else shutil.which("java")
+    if not java:
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for token in out.replace('"', " ").split():
+        head = token.split(".")[0]
+        if head.isdigit() and ("." in token or token.isdigit()):
+            major = int(head)
+            return int(token.split(".")[1]) if major == 1 else major
+    return None
+
+
+def ensure_java() -> None:
+    v = java_version()
+    if v is None or v < 17:
+        found = "no java on PATH" if v is None else f"Java {v}"
+        raise SparkwaveError(f"sparkwave needs Java 17 or newer for Spark ({found}); install e.g. "
+                             "`apt-get install openjdk-17-jre-headless` and set JAVA_HOME")
+
+
+def create_spark(master: str | None = None) -> SparkSession:
+    ensure_java()
+    master = master or os.environ.get("SPARKWAVE_SPARK_MASTER", "local[*]")
+    builder = (SparkSession.builder.master(master).appName("sparkwave")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", os.environ.get("SPARKWAVE_SHUFFLE_PARTITIONS", "4"))
+               .config("spark.driver.memory", os.environ.get("SPARKWAVE_DRIVER_MEMORY", "4g"))
+               .config("spark.sql.adaptive.enabled", "true"))
+    for k, v in REQUIRED_CONF.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def configure(spark: SparkSession) -> None:
+    for k, v in REQUIRED_CONF.items():
+        spark.conf.set(k, v)

@@ -1,0 +1,71 @@
+"""Compaction: fold a relation's log into a new base as of a committed epoch `c`.
+
+It reads the snapshot at `c` (immutable once committed), so it runs beside the barrier loop and is
+never on an epoch's critical path. Steps, each safe to crash after:
+1. Spark writes the snapshot, sorted by (vnode, key), into `base/_staging_c<c>/`.
+2. The files move into `base/` as `c<c>-<i>.parquet`.
+3. One Delta overwrite commit carrying `Transaction(BASE_APP_ID, c)`.
+4. The catalog records the base; only now do reads use it. Files of a crashed attempt are
+   unreferenced and removed by retention."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+
+from sparkwave.meta.catalog import Relation
+from sparkwave.meta.crash import crash_point
+from sparkwave.meta.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class BaseFiles:
+    version: int
+    files: list[str]
+    rows: list[int]
+
+
+def write_base(rt: Runtime, rel: Relation, df: DataFrame, epoch: int, *, crash_name: str = "mid_compaction",
+               record: bool = True) -> BaseFiles:
+    """Write `df` (`| _vnode | columns |`) as `rel`'s base as of `epoch`. With `record`, the catalog
+    records it; otherwise the caller records it in its own transaction (a new MV's)."""
+    stored = rt.stored(rel)
+    stored.create()
+    staging = stored.base_path / f"_staging_c{epoch}"
+    shutil.rmtree(staging, ignore_errors=True)
+    cols = ["_vnode", *[f"`{n}`" for n in rel.schema.names]]
+    (df.select(*cols).repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
+       .sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
+       .write.mode("overwrite").parquet(str(staging)))
+    files, rows = [], []
+    for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
+        n = pq.ParquetFile(staging / name).metadata.num_rows
+        if n == 0:
+            continue
+        dest = stored.base_path / f"{stored.base_file_prefix(epoch)}{i}.parquet"
+        os.replace(staging / name, dest)
+        files.append(str(dest))
+        rows.append(n)
+    shutil.rmtree(staging, ignore_errors=True)
+    crash_point(crash_name)
+    version = stored.commit_base(epoch, files, rows)
+    crash_point(crash_name + "_after_delta")
+    if record:
+        with rt.catalog.transaction() as db:
+            rt.catalog.add_base(db, rel.name, epoch, version, sum(rows), files)
+    return BaseFiles(version, files, rows)
+
+
+def compact(rt: Runtime, rel: Relation, epoch: int) -> bool:
+    """Compact `rel` at committed `epoch` if its log has anything past the current base."""
+    base = rt.catalog.base_at(rel.name, epoch)
+    since = base.epoch if base else 0
+    n_epochs, _ = rt.catalog.log_rows_since(rel.name, since)
+    if n_epochs == 0 or (base and base.epoch == epoch):
+        return False
+    write_base(rt, rel, rt.snapshot(rel, epoch), epoch)
+    return True

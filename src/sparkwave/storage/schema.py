@@ -1,0 +1,183 @@
+"""Column types and relation schemas, with their Arrow, Spark and DuckDB spellings.
+
+A relation's stored row is its visible columns plus hidden ones (`_row_id`, or the upstream key
+columns an MV keeps so that its own key derives from its upstream's)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from sparkwave.errors import SqlError
+
+_ALIASES = {
+    "bool": "boolean", "boolean": "boolean",
+    "smallint": "smallint", "int2": "smallint",
+    "int": "int", "integer": "int", "int4": "int",
+    "bigint": "bigint", "int8": "bigint",
+    "real": "real", "float4": "real",
+    "double": "double", "double precision": "double", "float8": "double", "float": "double",
+    "varchar": "varchar", "text": "varchar", "string": "varchar", "character varying": "varchar",
+    "date": "date",
+    "timestamp": "timestamp", "timestamp without time zone": "timestamp",
+    "timestamptz": "timestamptz", "timestamp with time zone": "timestamptz",
+}
+_DECIMAL = re.compile(r"^(?:decimal|numeric)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
+_VARCHAR_N = re.compile(r"^(?:varchar|character varying)\s*\(\s*\d+\s*\)$")
+
+
+@dataclass(frozen=True)
+class SqlType:
+    """A column type by its canonical name: boolean, smallint, int, bigint, real, double,
+    decimal(p,s), varchar, date, timestamp, timestamptz."""
+
+    name: str
+
+    @property
+    def arrow(self) -> pa.DataType:
+        if self.name.startswith("decimal"):
+            p, s = _decimal_ps(self.name)
+            return pa.decimal128(p, s)
+        return _ARROW[self.name]
+
+    @property
+    def spark(self) -> str:
+        if self.name.startswith("decimal"):
+            return self.name
+        return _SPARK[self.name]
+
+    @property
+    def duckdb(self) -> str:
+        if self.name.startswith("decimal"):
+            return self.name
+        return _DUCKDB[self.name]
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.name in ("smallint", "int", "bigint", "real", "double") or self.name.startswith("decimal")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_ARROW = {
+    "boolean": pa.bool_(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
+    "real": pa.float32(), "double": pa.float64(), "varchar": pa.string(), "date": pa.date32(),
+    "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
+}
+_SPARK = {
+    "boolean": "boolean", "smallint": "smallint", "int": "int", "bigint": "bigint", "real": "float",
+    "double": "double", "varchar": "string", "date": "date", "timestamp": "timestamp_ntz",
+    "timestamptz": "timestamp",
+}
+_DUCKDB = {
+    "boolean": "BOOLEAN", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT", "real": "REAL",
+    "double": "DOUBLE", "varchar": "VARCHAR", "date": "DATE", "timestamp": "TIMESTAMP",
+    "timestamptz": "TIMESTAMPTZ",
+}
+
+
+def _decimal_ps(name: str) -> tuple[int, int]:
+    m = re.match(r"decimal\((\d+),(\d+)\)", name)
+    assert m, f"BUG: malformed decimal type {name!r}"
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_type(text: str) -> SqlType:
+    """Parse a SQL type name; raises SqlError naming the type if unsupported."""
+    t = " ".join(text.strip().lower().split())
+    if t in _ALIASES:
+        return SqlType(_ALIASES[t])
+    if _VARCHAR_N.match(t):
+        return SqlType("varchar")
+    m = _DECIMAL.match(t)
+    if m:
+        p = int(m.group(1) or 38)
+        s = int(m.group(2) or (0 if m.group(1) else 10))
+        if not 1 <= p <= 38 or not 0 <= s <= p:
+            raise SqlError(f"invalid decimal precision/scale in type {text!r}")
+        return SqlType(f"decimal({p},{s})")
+    raise SqlError(
+        f"unsupported column type {text!r}; supported: boolean, smallint, int, bigint, real, "
+        "double precision, decimal(p,s), varchar/text, date, timestamp, timestamptz"
+    )
+
+
+def from_spark(dtype: object) -> SqlType:
+    """The SqlType of a Spark DataType (the result type of an MV's expression)."""
+    from pyspark.sql import types as T
+
+    simple = {
+        T.BooleanType: "boolean", T.ByteType: "smallint", T.ShortType: "smallint", T.IntegerType: "int",
+        T.LongType: "bigint", T.FloatType: "real", T.DoubleType: "double", T.StringType: "varchar",
+        T.DateType: "date", T.TimestampNTZType: "timestamp", T.TimestampType: "timestamptz",
+    }
+    for cls, name in simple.items():
+        if isinstance(dtype, cls):
+            return SqlType(name)
+    if isinstance(dtype, T.DecimalType):
+        return SqlType(f"decimal({dtype.precision},{dtype.scale})")
+    if isinstance(dtype, T.NullType):
+        return SqlType("varchar")
+    raise SqlError(f"expressions of type {dtype.simpleString()} cannot be stored in a materialized view")  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: SqlType
+    hidden: bool = False
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "type": self.type.name, "hidden": self.hidden}
+
+    @staticmethod
+    def from_json(d: dict) -> Column:
+        return Column(d["name"], SqlType(d["type"]), d.get("hidden", False))
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A relation's stored columns (visible and hidden) and its key.
+
+    `append_only` relations only ever receive inserts; their key is a hidden `_row_id`."""
+
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    append_only: bool = False
+    _by_name: dict = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})
+
+    def column(self, name: str) -> Column | None:
+        return self._by_name.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def visible(self) -> list[Column]:
+        return [c for c in self.columns if not c.hidden]
+
+    @property
+    def values(self) -> list[str]:
+        """Non-key column names."""
+        return [c.name for c in self.columns if c.name not in self.key]
+
+    def arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type.arrow) for c in self.columns])
+
+    def spark_ddl(self) -> str:
+        return ", ".join(f"`{c.name}` {c.type.spark}" for c in self.columns)
+
+    def to_json(self) -> dict:
+        return {"columns": [c.to_json() for c in self.columns], "key": list(self.key),
+                "append_only": self.append_only}
+
+    @staticmethod
+    def from_json(d: dict) -> Schema:
+        return Schema(tuple(Column.from_json(c) for c in d["columns"]), tuple(d["key"]), d["append_only"])

@@ -1,0 +1,139 @@
+"""A log-structured table on Delta Lake: an append-only per-epoch **log** plus a compacted **base**.
+
+Log rows: `| _epoch | _seq | _op | _vnode | columns... |`, one Parquet file per epoch
+(`log/e<epoch>.parquet`), committed as one Delta version carrying `Transaction(APP_ID, epoch)`.
+Base rows: `| _vnode | columns... |` as of a compaction epoch `c`, sorted by (vnode, key), written by
+Spark and committed as an overwrite carrying `Transaction(BASE_APP_ID, c)`.
+
+File names are deterministic in the epoch, so a replayed epoch rewrites the same file and a commit
+that already happened is found by `transaction_version` (delta-rs records app transactions but does
+not enforce them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.transaction import AddAction, RemoveAction
+
+from sparkwave.storage.schema import Schema
+
+APP_ID = "sparkwave-log"
+BASE_APP_ID = "sparkwave-base"
+SYSTEM_COLUMNS = ("_epoch", "_seq", "_op", "_vnode")
+VNODES = 256
+
+
+def log_arrow_schema(schema: Schema) -> pa.Schema:
+    return pa.schema([("_epoch", pa.int64()), ("_seq", pa.int64()), ("_op", pa.int8()), ("_vnode", pa.int16()),
+                      *[(c.name, c.type.arrow) for c in schema.columns]])
+
+
+def base_arrow_schema(schema: Schema) -> pa.Schema:
+    return pa.schema([("_vnode", pa.int16()), *[(c.name, c.type.arrow) for c in schema.columns]])
+
+
+def log_spark_ddl(schema: Schema) -> str:
+    return "_epoch bigint, _seq bigint, _op tinyint, _vnode smallint, " + schema.spark_ddl()
+
+
+def base_spark_ddl(schema: Schema) -> str:
+    return "_vnode smallint, " + schema.spark_ddl()
+
+
+class StoredTable:
+    """The two Delta tables of one relation. Which files hold which epoch is in the catalog."""
+
+    def __init__(self, root: Path, name: str, schema: Schema) -> None:
+        self.name = name
+        self.schema = schema
+        self.root = root
+        self.log_path = root / "log"
+        self.base_path = root / "base"
+        self._log: DeltaTable | None = None
+        self._base: DeltaTable | None = None
+
+    def create(self) -> None:
+        """Create both Delta tables (idempotent)."""
+        for path, schema in ((self.log_path, log_arrow_schema(self.schema)),
+                             (self.base_path, base_arrow_schema(self.schema))):
+            if not DeltaTable.is_deltatable(str(path)):
+                path.mkdir(parents=True, exist_ok=True)
+                DeltaTable.create(str(path), schema=schema, mode="ignore", name=self.name)
+
+    @property
+    def log(self) -> DeltaTable:
+        if self._log is None:
+            self._log = DeltaTable(str(self.log_path))
+        return self._log
+
+    @property
+    def base(self) -> DeltaTable:
+        if self._base is None:
+            self._base = DeltaTable(str(self.base_path))
+        return self._base
+
+    def log_file_path(self, epoch: int) -> str:
+        return str(self.log_path / f"e{epoch}.parquet")
+
+    def committed_log_epoch(self) -> int:
+        self.log.update_incremental()
+        return self.log.transaction_version(APP_ID) or 0
+
+    def append_log(self, epoch: int, chunk: pa.Table) -> tuple[str, int, int]:
+        """Commit one epoch's change rows. Returns (path, rows, delta version).
+
+        If the log already holds this epoch (a replay after a crash between the Delta commit and the
+        catalog commit), nothing is written and the existing commit is returned."""
+        path = self.log_file_path(epoch)
+        if self.log.transaction_version(APP_ID) is not None and self.log.transaction_version(APP_ID) >= epoch:
+            return path, pq.ParquetFile(path).metadata.num_rows, self.log.version()
+        chunk = chunk.select(log_arrow_schema(self.schema).names).cast(log_arrow_schema(self.schema))
+        pq.write_table(chunk, path, row_group_size=64 * 1024)
+        self._commit_files(self.log, [path], [chunk.num_rows], mode="append",
+                           schema=log_arrow_schema(self.schema), app=APP_ID, version=epoch,
+                           stats=[{"minValues": {"_epoch": epoch}, "maxValues": {"_epoch": epoch}}])
+        return path, chunk.num_rows, self.log.version()
+
+    def read_log_epoch(self, epoch: int) -> pa.Table:
+        return pq.read_table(self.log_file_path(epoch), schema=log_arrow_schema(self.schema))
+
+    def commit_base(self, epoch: int, files: list[str], rows: list[int]) -> int:
+        """Make `files` (already inside base/) the base as of `epoch`. Returns the Delta version."""
+        self.base.update_incremental()
+        done = self.base.transaction_version(BASE_APP_ID)
+        if done is None or done < epoch:
+            self._commit_files(self.base, files, rows, mode="overwrite", schema=base_arrow_schema(self.schema),
+                               app=BASE_APP_ID, version=epoch, stats=None)
+        return self.base.version()
+
+    def base_file_prefix(self, epoch: int) -> str:
+        return f"c{epoch}-"
+
+    def retire_log_files(self, paths: list[str]) -> None:
+        """Remove log files from the Delta table's current version (retention)."""
+        if not paths:
+            return
+        now = int(time.time() * 1000)
+        actions = [RemoveAction(os.path.basename(p), True, now, os.path.getsize(p) if os.path.exists(p) else 0)
+                   for p in paths]
+        self.log.create_write_transaction(actions, mode="append", schema=log_arrow_schema(self.schema))
+        self.log.update_incremental()
+
+    def _commit_files(self, dt: DeltaTable, files: list[str], rows: list[int], *, mode: str, schema: pa.Schema,
+                      app: str, version: int, stats: list[dict] | None) -> None:
+        actions = []
+        for i, (f, n) in enumerate(zip(files, rows, strict=True)):
+            st = os.stat(f)
+            s = {"numRecords": n, **(stats[i] if stats else {})}
+            actions.append(AddAction(os.path.basename(f), st.st_size, {},
+                                     int(st.st_mtime * 1000), True, json.dumps(s)))
+        dt.create_write_transaction(actions, mode=mode, schema=schema,
+                                    commit_properties=CommitProperties(
+                                        app_transactions=[Transaction(app, version)]))
+        dt.update_incremental()

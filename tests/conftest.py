@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+import pytest
+
+import sparkwave
+from sparkwave.spark import create_spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    s = create_spark("local[2]")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def session(spark, tmp_path):
+    """A session whose epochs advance only on flush(): tests drive barriers deterministically."""
+    with sparkwave.connect(tmp_path / "wh", spark=spark, barrier_interval_ms=3_600_000) as s:
+        yield s

@@ -1,0 +1,121 @@
+"""The oracle: expected table contents under sparkwave's DML semantics, and MV contents evaluated
+from scratch by DuckDB on them, compared as exact multisets of rows."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal
+
+import duckdb
+import sqlglot
+
+
+def norm(v):
+    if isinstance(v, float):
+        return None if math.isnan(v) else round(v, 9)
+    if isinstance(v, Decimal):
+        return v.normalize()
+    return v
+
+
+def multiset(rows) -> Counter:
+    return Counter(tuple(norm(v) for v in r) for r in rows)
+
+
+def rows_of(df) -> list[tuple]:
+    t = df.toArrow()
+    cols = [t.column(i).to_pylist() for i in range(t.num_columns)]
+    return list(zip(*cols, strict=True)) if cols else []
+
+
+@dataclass
+class TableModel:
+    name: str
+    ddl: str  # DuckDB column list
+    columns: list[str]
+    key: list[str]  # empty = append-only
+
+
+class Model:
+    """Tables as DuckDB tables; each epoch's statements are evaluated against the committed state
+    and applied in order (the last write to a key wins), as sparkwave does."""
+
+    def __init__(self) -> None:
+        self.db = duckdb.connect()
+        self.tables: dict[str, TableModel] = {}
+        self.views: list[tuple[str, str]] = []
+
+    def table(self, name: str, ddl: str, columns: list[str], key: list[str], *, row_id: bool = False) -> None:
+        """`row_id`: a table without a primary key that still takes UPDATE and DELETE; rows get a
+        hidden identity, as sparkwave's `_row_id`."""
+        if row_id:
+            ddl, columns, key = ddl + ", _rid BIGINT", [*columns, "_rid"], ["_rid"]
+        self.tables[name] = TableModel(name, ddl, columns, key)
+        self.db.execute(f"CREATE TABLE {name} ({ddl})")
+        self._next_rid = 0
+
+    def _fresh(self, t: TableModel, row: tuple) -> tuple:
+        if "_rid" not in t.columns or len(row) == len(t.columns):
+            return row
+        self._next_rid += 1
+        return (*row, self._next_rid)
+
+    def view(self, name: str, sql: str) -> None:
+        self.views.append((name, sql))
+        self.db.execute(f"CREATE VIEW {name} AS {sqlglot.transpile(sql, read='postgres', write='duckdb')[0]}")
+
+    def apply_epoch(self, statements: list[tuple]) -> None:
+        """statements: ('insert', table, rows) | ('update', table, set_sql, where_sql) | ('delete', table, where_sql)."""
+        intents: dict[str, list[tuple[str, tuple]]] = {t: [] for t in self.tables}
+        for st in statements:
+            t = self.tables[st[1]]
+            cols = ", ".join(t.columns)
+            if st[0] == "insert":
+                intents[t.name] += [("up", self._fresh(t, tuple(r))) for r in st[2]]
+            elif st[0] == "update":
+                rows = self.db.execute(f"SELECT {', '.join(st[2].get(c, c) for c in t.columns)} FROM {t.name} "
+                                       f"WHERE {st[3]}").fetchall()
+                intents[t.name] += [("up", r) for r in rows]
+            else:
+                rows = self.db.execute(f"SELECT {cols} FROM {t.name} WHERE {st[2]}").fetchall()
+                intents[t.name] += [("del", r) for r in rows]
+        for name, its in intents.items():
+            t = self.tables[name]
+            if not its:
+                continue
+            current = self.db.execute(f"SELECT {', '.join(t.columns)} FROM {name}").fetchall()
+            if not t.key:
+                rows = current + [r for _, r in its]
+            else:
+                ki = [t.columns.index(k) for k in t.key]
+                state = {tuple(r[i] for i in ki): r for r in current}
+                for op, r in its:
+                    k = tuple(r[i] for i in ki)
+                    if op == "up":
+                        state[k] = r
+                    else:
+                        state.pop(k, None)
+                rows = list(state.values())
+            self.db.execute(f"DELETE FROM {name}")
+            if rows:
+                marks = ", ".join("?" * len(t.columns))
+                self.db.executemany(f"INSERT INTO {name} VALUES ({marks})", rows)
+
+    def rows(self, relation: str) -> list[tuple]:
+        t = self.tables.get(relation)
+        cols = ", ".join(c for c in t.columns if c != "_rid") if t else "*"
+        return self.db.execute(f"SELECT {cols} FROM {relation}").fetchall()
+
+
+def sql_literal(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return str(v)
+
+
+def values_sql(rows) -> str:
+    return ", ".join("(" + ", ".join(sql_literal(v) for v in r) + ")" for r in rows)
