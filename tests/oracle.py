@@ -67,7 +67,8 @@ class Model:
         self.db.execute(f"CREATE VIEW {name} AS {sqlglot.transpile(sql, read='postgres', write='duckdb')[0]}")
 
     def apply_epoch(self, statements: list[tuple]) -> None:
-        """statements: ('insert', table, rows) | ('update', table, set_sql, where_sql) | ('delete', table, where_sql)."""
+        """statements: ('insert', table, rows) | ('update', table, {col: sql}, where_sql)
+        | ('delete', table, where_sql)."""
         intents: dict[str, list[tuple[str, tuple]]] = {t: [] for t in self.tables}
         for st in statements:
             t = self.tables[st[1]]

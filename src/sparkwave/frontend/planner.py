@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
-from sparkwave.errors import CatalogError, SqlError
+from sparkwave.errors import CatalogError
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.catalog import Relation
 from sparkwave.storage.schema import Column, Schema, from_spark
@@ -49,12 +49,12 @@ def plan_mv(stmt: Statement, query: exp.Expression, lookup, spark: SparkSession)
     for node in query.find_all(exp.AggFunc):
         raise stmt.error(f"unsupported aggregate {node.sql(dialect='postgres')} in a materialized view",
                          node.sql(dialect="postgres").split("(")[0])
-    for node in query.find_all(exp.Window):
+    if query.find(exp.Window):
         raise stmt.error("unsupported window function in a materialized view", "OVER")
     for node in query.find_all(*_NON_DETERMINISTIC):
         raise stmt.error(f"non-deterministic function {node.sql(dialect='postgres')} is not allowed in a "
                          "materialized view", node.sql(dialect="postgres").split("(")[0])
-    for node in query.find_all(exp.Subquery, exp.Exists):
+    if query.find(exp.Subquery, exp.Exists):
         raise stmt.error("unsupported subquery in a materialized view", "SELECT")
     source = query.args.get("from_") or query.args.get("from")
     if source is None:

@@ -21,7 +21,6 @@ from sparkwave.frontend.planner import SYSTEM_NAMES, plan_mv
 from sparkwave.frontend.statements import Statement, parse
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.catalog import Catalog, Relation
-from sparkwave.meta.crash import crash_point
 from sparkwave.meta.ownership import Ownership
 from sparkwave.meta.runtime import Runtime
 from sparkwave.spark import configure, create_spark

@@ -119,8 +119,8 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "set", args={"key": m.group(1).lower(), "value": value})
     if re.match(r"CREATE\s+TABLE\b", text, re.IGNORECASE):
         return _create_table(base)
-    m = re.match(r"CREATE\s+MATERIALIZED\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME + r"\s*(WITH\s*\((.*?)\)\s*)?AS\s+(.*)$",
-                 text, re.IGNORECASE | re.DOTALL)
+    m = re.match(r"CREATE\s+MATERIALIZED\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME
+                 + r"\s*(WITH\s*\((.*?)\)\s*)?AS\s+(.*)$", text, re.IGNORECASE | re.DOTALL)
     if m:
         options = parse_options(text, m.group(4)) if m.group(3) else {}
         query = _parse_sql(base, m.group(5))

@@ -159,12 +159,17 @@ class BarrierLoop:
 
     def _plan(self, e: _Epoch) -> list[int]:
         sources: dict[str, dict[str, list[int]]] = {}
+        # A source's rate is per second of wall time since the previous epoch (at most one barrier
+        # interval's worth); the offsets become part of the persisted plan, so a replay reads the
+        # same rows.
+        last = self.rt.catalog.last_planned_at()
+        elapsed_ms = self.interval_ms if last == 0 else min(self.interval_ms, max(0, (time.time() - last) * 1000))
         for rel in self.rt.catalog.relations():
             conn = self.rt.connector(rel)
             if conn is None:
                 continue
             committed = self.rt.catalog.source_offsets(rel.name)
-            per_epoch = max(1, conn.rows_per_second * self.interval_ms // 1000 // max(1, len(conn.splits)))
+            per_epoch = max(1, int(conn.rows_per_second * elapsed_ms / 1000) // max(1, len(conn.splits)))
             for split in conn.splits:
                 start = committed.get(split, 0)
                 end = start + per_epoch

@@ -1,0 +1,96 @@
+"""Bad input gets an error that names the problem, and the warehouse stays usable (each test
+checks that committed data is intact and that a good statement works afterwards)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkwave import CatalogError, DataError, NotRetainedError, SqlError
+from tests.oracle import rows_of
+
+
+@pytest.fixture
+def loaded(session):
+    session.sql("CREATE TABLE t (k int, v varchar, PRIMARY KEY (k)); "
+                "CREATE MATERIALIZED VIEW m AS SELECT k, upper(v) AS u FROM t")
+    session.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    session.flush()
+    return session
+
+
+def still_usable(s) -> None:
+    assert sorted(rows_of(s.table("m"))) == [(1, "A"), (2, "B")]
+    s.sql("INSERT INTO t VALUES (3, 'c')")
+    s.flush()
+    assert sorted(rows_of(s.table("m"))) == [(1, "A"), (2, "B"), (3, "C")]
+
+
+@pytest.mark.parametrize("sql, error, words", [
+    ("CREATE MATERIALIZED VIEW x AS SELECT k FROM t ORDER BY k", SqlError, ["ORDER BY", "line 1, column"]),
+    ("CREATE MATERIALIZED VIEW x AS SELECT v, count(*) FROM t GROUP BY v", SqlError, ["GROUP BY"]),
+    ("CREATE MATERIALIZED VIEW x AS SELECT t.k FROM t JOIN t AS u ON t.k = u.k", SqlError, ["JOIN"]),
+    ("CREATE MATERIALIZED VIEW x AS SELECT k, random() AS r FROM t", SqlError, ["non-deterministic"]),
+    ("CREATE MATERIALIZED VIEW x AS SELECT nope FROM t", CatalogError, ["unknown column", "nope"]),
+    ("CREATE MATERIALIZED VIEW x AS SELECT k FROM missing", CatalogError, ["unknown", "missing"]),
+    ("SELEC k FROM t", SqlError, ["syntax error", "line 1"]),
+    ("SELECT 1;\nSELEC k FROM t", SqlError, ["line 2"]),
+    ("GRANT ALL ON t TO bob", SqlError, ["unsupported"]),
+    ("CREATE TABLE t (k int)", CatalogError, ["already exists", "'t'"]),
+    ("CREATE MATERIALIZED VIEW m AS SELECT k FROM t", CatalogError, ["already exists", "'m'"]),
+    ("CREATE TABLE z (k int, v money)", SqlError, ["unsupported column type", "money"]),
+    ("INSERT INTO t VALUES ('abc', 'x')", DataError, ["'abc'", "column 'k'", "int"]),
+    ("INSERT INTO t VALUES (NULL, 'x')", DataError, ["primary key", "NULL"]),
+    ("INSERT INTO t VALUES (1)", DataError, ["1 values for 2 columns"]),
+    ("INSERT INTO t (k, nope) VALUES (1, 2)", CatalogError, ["unknown column", "nope"]),
+    ("INSERT INTO m VALUES (1, 'x')", SqlError, ["materialized view"]),
+    ("UPDATE t SET k = 5 WHERE k = 1", SqlError, ["primary key"]),
+    ("UPDATE t SET nope = 5", CatalogError, ["unknown column", "nope"]),
+    ("DELETE FROM t WHERE nope > 1", CatalogError, ["unknown column", "nope"]),
+    ("DROP TABLE t", CatalogError, ["depend", "m"]),
+    ("DROP TABLE m", SqlError, ["materialized view"]),
+    ("DROP MATERIALIZED VIEW nope", CatalogError, ["nope"]),
+    ("SET nope = 1", SqlError, ["unknown setting", "nope"]),
+    ("CREATE MATERIALIZED VIEW x WITH (backfill_strategy = 'magic') AS SELECT k FROM t", SqlError, ["magic"]),
+    ("CREATE TABLE d (id int) WITH (connector = 'kafkaa')", SqlError, ["unknown connector", "kafkaa"]),
+    ("CREATE TABLE d (id int) WITH (connector = 'datagen', fields.x.kind = 'random')", SqlError, ["unknown column"]),
+    ("CREATE TABLE d (id int) WITH (connector = 'nexmark', nexmark.table.type = 'bid')", SqlError, ["id", "bid"]),
+])
+def test_bad_statement_names_the_problem_and_leaves_data_intact(loaded, sql, error, words):
+    with pytest.raises(error) as info:
+        loaded.sql(sql)
+    for w in words:
+        assert w.lower() in str(info.value).lower(), f"{w!r} missing from: {info.value}"
+    still_usable(loaded)
+
+
+def test_as_of_an_unretained_or_future_epoch(loaded):
+    first = loaded.committed_epoch
+    loaded.sql("INSERT INTO t VALUES (9, 'z')")
+    loaded.flush()
+    loaded.sql("SET retention_seconds = 0")
+    loaded.compact()
+    with pytest.raises(NotRetainedError, match="no longer retained"):
+        loaded.table("m", as_of=first)
+    with pytest.raises(NotRetainedError, match="not committed"):
+        loaded.table("m", as_of=loaded.committed_epoch + 10)
+    loaded.sql("DELETE FROM t WHERE k = 9")
+    loaded.flush()
+    still_usable(loaded)
+
+
+def test_bulk_insert_type_mismatch_names_column(loaded):
+    import pyarrow as pa
+
+    with pytest.raises(DataError, match="'k'"):
+        loaded.insert("t", pa.table({"k": ["x1"], "v": ["q"]}))
+    with pytest.raises(CatalogError, match="unknown column"):
+        loaded.insert("t", pa.table({"k": [5], "w": ["q"]}))
+    still_usable(loaded)
+
+
+def test_dml_on_append_only_table_is_refused(session):
+    session.sql("CREATE TABLE a (x int) APPEND ONLY")
+    with pytest.raises(SqlError, match="append-only"):
+        session.sql("DELETE FROM a WHERE x = 1")
+    with pytest.raises(SqlError, match="append-only"):
+        session.sql("UPDATE a SET x = 2")

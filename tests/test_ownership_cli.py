@@ -1,0 +1,62 @@
+"""One owner per warehouse; read-only inspection beside it; the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sparkwave
+from sparkwave import OwnershipError
+
+ROOT = Path(__file__).resolve().parent.parent
+HOLD = """
+import sys, time
+from sparkwave.meta.ownership import Ownership
+from pathlib import Path
+o = Ownership(Path(sys.argv[1]) / "OWNER"); o.acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkwave.cli.main", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_second_owner_gets_a_clear_error_and_a_killed_owner_is_taken_over(spark, tmp_path):
+    wh = tmp_path / "wh"
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.sql("CREATE TABLE t (k int, PRIMARY KEY (k)); INSERT INTO t VALUES (1)")
+        s.flush()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(wh)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(OwnershipError, match=f"process {holder.pid}"):
+            sparkwave.connect(wh, spark=spark)
+        jobs = cli("jobs", "--warehouse", str(wh))  # read-only inspection works beside the owner
+        assert jobs.returncode == 0, jobs.stderr
+        assert f"process {holder.pid}" in jobs.stdout and " t " in jobs.stdout
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:  # the dead owner's lock is free
+        assert s.table("t").count() == 1
+
+
+def test_cli_sql_runs_statements_and_prints_query_results(tmp_path):
+    wh = str(tmp_path / "wh")
+    r = cli("sql", "--warehouse", wh, "-e", "CREATE TABLE t (k int, v varchar, PRIMARY KEY (k)); "
+                                            "INSERT INTO t VALUES (1, 'hello'), (2, 'world')")
+    assert r.returncode == 0, r.stderr
+    f = tmp_path / "q.sql"
+    f.write_text("SELECT v FROM t WHERE k = 2")
+    r = cli("sql", "--warehouse", wh, "-f", str(f))
+    assert r.returncode == 0 and "world" in r.stdout and "hello" not in r.stdout, r.stdout + r.stderr
+    r = cli("sql", "--warehouse", wh, "-e", "SELECT nope FROM t")
+    assert r.returncode == 1 and "error" in r.stdout.lower()

@@ -1,0 +1,113 @@
+"""Storage: per-epoch logs, the change stream between epochs, compaction, retention, time travel."""
+
+from __future__ import annotations
+
+import os
+
+from deltalake import DeltaTable
+
+from sparkwave.meta.epoch import EPOCH_ORIGIN_MS, epoch_ms, next_epoch
+from sparkwave.storage.snapshot import changes
+from sparkwave.storage.table import APP_ID
+from sparkwave.stream.chunk import Op
+from tests.oracle import rows_of
+
+
+def test_epochs_are_strictly_increasing_and_carry_physical_time():
+    e1 = next_epoch(0, now_ms=EPOCH_ORIGIN_MS + 5000)
+    assert epoch_ms(e1) == EPOCH_ORIGIN_MS + 5000 and e1 & 0xFFFF == 0
+    assert next_epoch(e1, now_ms=EPOCH_ORIGIN_MS + 4000) == e1 + 1  # the clock stepped back
+
+
+def test_each_epoch_is_one_delta_version_tagged_with_the_epoch(session):
+    session.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+    epochs = []
+    for i in range(3):
+        session.sql(f"INSERT INTO t VALUES ({i}, {i})")
+        epochs.append(session.flush())
+    idle = session.flush()
+    log = DeltaTable(str(session.warehouse.relation_dir("t") / "log"))
+    assert log.version() == 3  # create + one version per epoch with changes; the idle epoch wrote nothing
+    assert log.transaction_version(APP_ID) == epochs[-1]
+    assert idle > epochs[-1]
+    assert sorted(set(log.to_pyarrow_table(columns=["_epoch"])["_epoch"].to_pylist())) == epochs
+
+
+def test_change_stream_between_two_epochs(session):
+    session.sql("CREATE TABLE t (k int, v varchar, PRIMARY KEY (k))")
+    session.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    e1 = session.flush()
+    session.sql("INSERT INTO t VALUES (1, 'z'), (3, 'c')")
+    session.sql("DELETE FROM t WHERE k = 2")
+    e2 = session.flush()
+    rel = session.catalog.relation("t")
+    rows = rows_of(changes(session.spark, session.catalog, "t", rel.schema, e1, e2).select("_op", "k", "v"))
+    assert sorted(rows) == sorted([(Op.UPDATE_DELETE, 1, "a"), (Op.UPDATE_INSERT, 1, "z"),
+                                   (Op.DELETE, 2, "b"), (Op.INSERT, 3, "c")])
+
+
+def test_compaction_keeps_every_retained_snapshot_and_retention_truncates(session):
+    session.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k)); CREATE MATERIALIZED VIEW m AS SELECT k, v FROM t")
+    history = []
+    for i in range(4):
+        session.sql(f"INSERT INTO t VALUES ({i % 2}, {i}), ({10 + i}, {i})")
+        e = session.flush()
+        history.append((e, sorted(rows_of(session.table("m")))))
+    assert session.compact() == ["t", "m"]
+    for e, rows in history:  # retention (default 1 h) keeps them all readable
+        assert sorted(rows_of(session.table("m", as_of=e))) == rows
+    log_dir = session.warehouse.relation_dir("t") / "log"
+    before = len([f for f in os.listdir(log_dir) if f.endswith(".parquet")])
+    session.sql("SET retention_seconds = 0")
+    session.sql("INSERT INTO t VALUES (99, 99)")
+    session.flush()
+    session.compact()
+    after = len([f for f in os.listdir(log_dir) if f.endswith(".parquet")])
+    assert before == 4 and after == 0
+    assert sorted(rows_of(session.table("m"))) == sorted(history[-1][1] + [(99, 99)])
+    # the Delta log's current version no longer references the removed files
+    assert DeltaTable(str(log_dir)).file_uris() == []
+
+
+def test_pins_hold_retention(session):
+    session.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+    session.sql("INSERT INTO t VALUES (1, 1)")
+    e1 = session.flush()
+    session.compact()
+    session.catalog.add_pin("t", e1, holder="test")
+    session.sql("SET retention_seconds = 0")
+    for i in range(2):
+        session.sql(f"INSERT INTO t VALUES (1, {i + 2})")
+        session.flush()
+        session.compact()
+    assert rows_of(session.table("t", as_of=e1)) == [(1, 1)]
+    session.catalog.remove_pins("test")
+    session.compact()
+    assert rows_of(session.table("t")) == [(1, 3)]
+
+
+def test_bulk_insert_from_arrow_pandas_and_spark(session):
+    import pandas as pd
+    import pyarrow as pa
+
+    session.sql("CREATE TABLE t (k bigint, v double precision, PRIMARY KEY (k))")
+    session.insert("t", pa.table({"k": [1, 2], "v": [1.0, 2.0]}))
+    session.insert("t", pd.DataFrame({"k": [3], "v": [3.0]}))
+    session.insert("t", session.spark.range(4, 6).selectExpr("id AS k", "id * 1.0 AS v"))
+    session.flush()
+    assert sorted(rows_of(session.table("t"))) == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0)]
+
+
+def test_all_types_round_trip(session):
+    session.sql("CREATE TABLE t (k int, b boolean, s smallint, i bigint, r real, d double precision, "
+                "n decimal(10, 3), v text, dt date, ts timestamp, tz timestamptz, PRIMARY KEY (k))")
+    session.sql("INSERT INTO t VALUES (1, true, 2, 3, 1.5, 2.25, 3.125, 'x', DATE '2025-03-01', "
+                "TIMESTAMP '2025-03-01 10:00:00', TIMESTAMP '2025-03-01 10:00:00')")
+    session.sql("CREATE MATERIALIZED VIEW m AS SELECT k, n * 2 AS n2, ts, tz, dt FROM t")
+    session.flush()
+    row = rows_of(session.table("t"))[0]
+    assert row[:8] == (1, True, 2, 3, 1.5, 2.25, __import__("decimal").Decimal("3.125"), "x")
+    assert str(row[8]) == "2025-03-01" and str(row[9]) == "2025-03-01 10:00:00"
+    assert rows_of(session.table("m"))[0][1] == __import__("decimal").Decimal("6.250")
+    described = {r[0]: r[1] for r in rows_of(session.sql("DESCRIBE t"))}
+    assert described["n"] == "decimal(10,3)" and described["tz"] == "timestamptz"
