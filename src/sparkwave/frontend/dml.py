@@ -7,6 +7,7 @@ KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -63,7 +64,7 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
                       else F.lit(None).cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
     path = rt.warehouse.staging_dir() / f"dml-{batch}"
     out.write.mode("overwrite").parquet(str(path))
-    rows = rt.spark.read.parquet(str(path)).count()
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet"))
     rt.catalog.stage_dml(rel.name, str(path), rows)
     return rows
 

@@ -28,7 +28,9 @@ from sparkwave.meta.crash import crash_point
 from sparkwave.meta.epoch import next_epoch
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
+from sparkwave.storage.lookup import lookup
 from sparkwave.storage.table import APP_ID
+from sparkwave.stream.chunk import vnode
 from sparkwave.stream.materialize import materialize_mv, materialize_table
 from sparkwave.stream.project_filter import ProjectFilter
 
@@ -41,6 +43,7 @@ class EpochReport:
     rows_in: int
     rows_out: dict[str, int]
     latency_ms: float
+    step_ms: dict[str, float] = field(default_factory=dict)  # execute time per relation
 
 
 @dataclass
@@ -49,6 +52,13 @@ class _Epoch:
     prev: int
     plan: dict
     chunks: dict[str, pa.Table | None] = field(default_factory=dict)
+
+
+def _with_vnode(chunk: DataFrame, rel: Relation) -> DataFrame:
+    """The chunk's columns in stored order and types, with each row's vnode."""
+    return chunk.select(F.col("_op").cast("tinyint").alias("_op"), F.col("_seq").cast("bigint").alias("_seq"),
+                        vnode(list(rel.schema.key)).alias("_vnode"),
+                        *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -187,8 +197,11 @@ class BarrierLoop:
         dml = self.rt.catalog.dml_batches(e.plan.get("dml", []))
         rows_in = sum(r for *_, r in dml) + sum(
             end - start for splits in e.plan.get("sources", {}).values() for start, end in splits.values())
+        step_ms: dict[str, float] = {}
         for i, rel in enumerate(relations):
+            t_rel = time.time()
             e.chunks[rel.name] = self._execute(rel, e, dml)
+            step_ms[rel.name] = (time.time() - t_rel) * 1000
             if i == 0:
                 crash_point("mid_execute")
         logs: list[tuple[str, str, int, int]] = []
@@ -207,7 +220,7 @@ class BarrierLoop:
         with self._committed:
             self._committed.notify_all()
         self._forget_consumed_dml()
-        report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency)
+        report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency, step_ms)
         if self.on_epoch:
             self.on_epoch(report)
         return report
@@ -218,13 +231,13 @@ class BarrierLoop:
         if done is not None and done >= e.epoch:
             return stored.read_log_epoch(e.epoch)
         spark = self.rt.spark
+        key = list(rel.schema.key)
         if rel.kind == "table":
             parts: list[DataFrame] = []
             conn = self.rt.connector(rel)
             for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
                 assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
-                rows = conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint"))
-                parts.append(rows)
+                parts.append(conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint")))
             files = [path for _, r, path, _ in dml if r == rel.name]
             if files:
                 parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
@@ -233,16 +246,15 @@ class BarrierLoop:
             intents = parts[0]
             for p in parts[1:]:
                 intents = intents.unionByName(p)
-            state = (spark.createDataFrame([], rel.schema.spark_ddl()) if rel.schema.append_only
-                     else snap.snapshot(spark, self.rt.catalog, rel.name, rel.schema, e.prev))
-            out = materialize_table(intents, state, rel.schema, e.epoch)
-        else:
-            up = e.chunks.get(rel.definition["upstreams"][0])
-            if up is None or up.num_rows == 0:
-                return None
-            pf = ProjectFilter.from_json(rel.definition["project_filter"])
-            out = materialize_mv(pf.apply(spark.createDataFrame(up)), rel.schema, e.epoch)
-        return out.toArrow()
+            chunk = _with_vnode(intents, rel).toArrow()
+            return materialize_table(chunk, rel.schema, e.epoch,
+                                     lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
+        up = e.chunks.get(rel.definition["upstreams"][0])
+        if up is None or up.num_rows == 0:
+            return None
+        pf = ProjectFilter.from_json(rel.definition["project_filter"])
+        chunk = _with_vnode(pf.apply(spark.createDataFrame(up)), rel).toArrow()
+        return materialize_mv(chunk, rel.schema, e.epoch) if key else None
 
     def _forget_consumed_dml(self) -> None:
         consumed = self.rt.catalog.consumed_dml()

@@ -10,34 +10,37 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from collections.abc import Callable
+
+import pyarrow as pa
 
 from sparkwave.storage.schema import Schema
-from sparkwave.stream.chunk import Op, consolidate, vnode
+from sparkwave.storage.table import log_arrow_schema
+from sparkwave.stream.chunk import Op, consolidate
 
 
-def to_log_rows(chunk: DataFrame, schema: Schema, epoch: int) -> DataFrame:
-    return chunk.select(F.lit(epoch).cast("bigint").alias("_epoch"), F.col("_seq").cast("bigint").alias("_seq"),
-                        F.col("_op").cast("tinyint").alias("_op"), vnode(list(schema.key)).alias("_vnode"),
-                        *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
+def log_rows(rows: pa.Table, schema: Schema, epoch: int) -> pa.Table:
+    target = log_arrow_schema(schema)
+    rows = rows.append_column("_epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
+    return rows.select(target.names).cast(target)
 
 
-def materialize_table(intents: DataFrame, state: DataFrame, schema: Schema, epoch: int) -> DataFrame:
-    """Log rows for a keyed table, from intents `| _op (+U or KEY_DELETE) | _seq | columns |` and
-    the table's state (`| columns |`) as of the previous epoch."""
+def materialize_table(intents: pa.Table, schema: Schema, epoch: int,
+                      lookup: Callable[[pa.Table], pa.Table]) -> pa.Table:
+    """Log rows for a table, from intents `| _op (+U or KEY_DELETE) | _seq | _vnode | columns |`;
+    `lookup(keys)` returns the rows `| _vnode | columns |` of those keys as of the previous epoch."""
     if schema.append_only:
-        return to_log_rows(intents.withColumn("_op", F.lit(int(Op.INSERT))), schema, epoch)
-    key = list(schema.key)
-    touched = intents.select(*[F.col(f"`{k}`") for k in key]).distinct()
-    old = (state.join(F.broadcast(touched), key, "left_semi")
-           .select(F.lit(int(Op.UPDATE_DELETE)).alias("_op"), F.lit(-1).cast("bigint").alias("_seq"),
-                   *[F.col(f"`{c}`") for c in schema.names]))
-    merged = old.unionByName(intents.select("_op", "_seq", *[F.col(f"`{c}`") for c in schema.names]))
-    return to_log_rows(consolidate(merged, key, schema.values), schema, epoch)
+        ops = pa.array([int(Op.INSERT)] * intents.num_rows, pa.int8())
+        return log_rows(intents.set_column(intents.schema.get_field_index("_op"), "_op", ops), schema, epoch)
+    old = lookup(intents.select(list(schema.key)))
+    old = old.append_column("_op", pa.array([int(Op.UPDATE_DELETE)] * old.num_rows, pa.int8())) \
+             .append_column("_seq", pa.array([-1] * old.num_rows, pa.int64()))
+    names = ["_op", "_seq", "_vnode", *schema.names]
+    merged = pa.concat_tables([old.select(names), intents.select(names).cast(old.select(names).schema)])
+    return log_rows(consolidate(merged, list(schema.key), schema.values), schema, epoch)
 
 
-def materialize_mv(chunk: DataFrame, schema: Schema, epoch: int) -> DataFrame:
+def materialize_mv(chunk: pa.Table, schema: Schema, epoch: int) -> pa.Table:
     if schema.append_only:
-        return to_log_rows(chunk.where(F.col("_op") == int(Op.INSERT)), schema, epoch)
-    return to_log_rows(consolidate(chunk, list(schema.key), schema.values), schema, epoch)
+        return log_rows(chunk, schema, epoch)
+    return log_rows(consolidate(chunk, list(schema.key), schema.values), schema, epoch)

@@ -1,0 +1,103 @@
+"""Storage: the cost of an epoch of 1k changed random keys into a 10M-row MV against the same into a
+100k-row MV (target ratio <= 1.5) and against a copy-on-write delta-rs MERGE of the same change;
+the snapshot read of the 10M-row MV with 100 uncompacted epochs against right after compaction;
+and compaction's own cost."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+import sparkwave
+from bench.common import fresh_dir, median, report, spark, timed
+
+CHANGED = 1000
+SMALL, LARGE = 100_000, int(os.environ.get("SPARKWAVE_BENCH_LARGE", 10_000_000))
+LOG_EPOCHS = int(os.environ.get("SPARKWAVE_BENCH_LOG_EPOCHS", 100))
+MV = "SELECT k, v * 2 AS v2, p FROM t WHERE v >= 0"
+
+
+def changes(n: int, rnd: random.Random, i: int) -> pa.Table:
+    keys = rnd.sample(range(n), CHANGED)
+    return pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([i * 10 + 1] * CHANGED, pa.int64()),
+                     "p": pa.array([f"u{i}"] * CHANGED)})
+
+
+def loaded(n: int, steps: list) -> sparkwave.Session:
+    s = sparkwave.connect(fresh_dir(f"storage-{n}"), spark=spark(), barrier_interval_ms=3_600_000,
+                          on_epoch=steps.append)
+    s.sql("CREATE TABLE t (k bigint, v bigint, p varchar, PRIMARY KEY (k)); SET compaction_epochs = 1000000")
+    s.insert("t", spark().range(n).selectExpr("id AS k", "id % 1000 AS v", "concat('p', id % 100) AS p"))
+    s.flush()
+    s.compact()
+    s.sql(f"CREATE MATERIALIZED VIEW m AS {MV}")
+    return s
+
+
+def epoch_cost(s: sparkwave.Session, n: int, steps: list, epochs: int = 5) -> tuple[float, float]:
+    """Median (whole epoch ms, MV step ms) of epochs that each change 1k random keys."""
+    rnd = random.Random(n)
+    start = len(steps)
+    for i in range(epochs):
+        s.insert("t", changes(n, rnd, i))
+        s.flush()
+    recent = steps[start:]
+    changed = [r for r in recent if r.rows_in]
+    return median([r.latency_ms for r in changed]), median([r.step_ms["m"] for r in changed])
+
+
+def merge_cost(n: int) -> float:
+    path = str(fresh_dir(f"merge-{n}"))
+    for lo in range(0, n, 2_000_000):
+        hi = min(n, lo + 2_000_000)
+        write_deltalake(path, pa.table({"k": pa.array(range(lo, hi), pa.int64()),
+                                        "v2": pa.array([x % 1000 * 2 for x in range(lo, hi)], pa.int64()),
+                                        "p": pa.array([f"p{x % 100}" for x in range(lo, hi)])}), mode="append")
+    dt = DeltaTable(path)
+    src = changes(n, random.Random(7), 1).rename_columns(["k", "v2", "p"])
+    return timed(lambda: dt.merge(src, "t.k = s.k", source_alias="s", target_alias="t")
+                 .when_matched_update_all().when_not_matched_insert_all().execute()) * 1000
+
+
+def scan(s: sparkwave.Session) -> float:
+    return timed(lambda: s.table("m").write.format("noop").mode("overwrite").save())
+
+
+def main() -> str:
+    lines = []
+    steps_small: list = []
+    with loaded(SMALL, steps_small) as s:
+        small_epoch, small_mv = epoch_cost(s, SMALL, steps_small)
+    steps: list = []
+    with loaded(LARGE, steps) as s:
+        large_epoch, large_mv = epoch_cost(s, LARGE, steps)
+        for i in range(LOG_EPOCHS - 5):
+            s.insert("t", changes(LARGE, random.Random(1000 + i), 100 + i))
+            s.flush()
+        uncompacted = median([scan(s) for _ in range(3)])
+        compaction = timed(lambda: s.compact("m"))
+        compacted = median([scan(s) for _ in range(3)])
+    merge_ms = merge_cost(LARGE)
+    lines += [
+        f"1k changed random keys per epoch; MV `{MV}`; sizes {SMALL:,} and {LARGE:,} rows.", "",
+        "| measure | 100k-row MV | 10M-row MV | ratio 10M/100k |", "|---|---|---|---|",
+        f"| MV step of the epoch (ms) | {small_mv:.0f} | {large_mv:.0f} | {large_mv / small_mv:.2f}x |",
+        f"| whole epoch, table + MV (ms) | {small_epoch:.0f} | {large_epoch:.0f} | "
+        f"{large_epoch / small_epoch:.2f}x |", "",
+        "| measure | ms | vs sparkwave MV step at 10M |", "|---|---|---|",
+        f"| sparkwave MV step, 10M rows | {large_mv:.0f} | 1.00x |",
+        f"| delta-rs copy-on-write MERGE of the same 1k keys into 10M rows | {merge_ms:.0f} | "
+        f"{merge_ms / large_mv:.1f}x |", "",
+        "| snapshot read of the 10M-row MV (full scan) | s | vs after compaction |", "|---|---|---|",
+        f"| with {LOG_EPOCHS} uncompacted log epochs | {uncompacted:.2f} | {uncompacted / compacted:.2f}x |",
+        f"| right after compaction | {compacted:.2f} | 1.00x |",
+        f"| compaction itself | {compaction:.2f} | {compaction / compacted:.2f}x |",
+    ]
+    return report("Storage: epoch cost by table size, MERGE, snapshot reads, compaction", lines)
+
+
+if __name__ == "__main__":
+    main()

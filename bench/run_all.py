@@ -1,0 +1,9 @@
+"""Run every benchmark and print its figures (copy them into bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+from bench import bench_barrier, bench_storage, bench_throughput
+
+if __name__ == "__main__":
+    for b in (bench_barrier, bench_throughput, bench_storage):
+        b.main()
