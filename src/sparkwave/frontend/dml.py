@@ -7,6 +7,7 @@ KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
@@ -118,15 +119,46 @@ def _insert_op(rel: Relation) -> Op:
     return Op.INSERT if rel.schema.append_only else Op.UPDATE_INSERT
 
 
-def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
+def _check_insert_columns(rel: Relation, columns: list[str]) -> None:
     if rel.kind != "table":
         raise CatalogError(f"cannot insert into {rel.name!r}: it is a materialized view")
     visible = [c.name for c in rel.schema.visible]
-    unknown = [c for c in df.columns if c not in visible]
+    unknown = [c for c in columns if c not in visible]
     if unknown:
         raise CatalogError(f"insert into {rel.name!r}: unknown column(s) {', '.join(unknown)} "
                            f"(columns: {', '.join(visible)})")
+
+
+def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
+    _check_insert_columns(rel, df.columns)
     return stage(rt, rel, checked_cast(rt, rel, df, f"insert into {rel.name}"), _insert_op(rel))
+
+
+def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
+    """A bulk load that is already on the driver: cast and staged with pyarrow, no Spark job."""
+    _check_insert_columns(rel, data.column_names)
+    n = data.num_rows
+    batch = rt.catalog.next_counter("dml_batch", 1)
+    seq = pa.array(range(DML_SEQ_BASE + (batch << BATCH_SHIFT), DML_SEQ_BASE + (batch << BATCH_SHIFT) + n), pa.int64())
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(_insert_op(rel))] * n, pa.int8()), "_seq": seq}
+    for c in rel.schema.columns:
+        if c.name == "_row_id":
+            cols[c.name] = seq
+        elif c.name in data.column_names:
+            try:
+                cols[c.name] = data[c.name].cast(c.type.arrow, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise DataError(f"insert into {rel.name}: a value does not fit column {c.name!r} of type {c.type}: "
+                                f"{str(e).splitlines()[0][:200]}") from None
+        else:
+            cols[c.name] = pa.nulls(n, c.type.arrow)
+        if c.name in rel.schema.key and cols[c.name].null_count:
+            raise DataError(f"insert into {rel.name}: primary key column {c.name!r} cannot be NULL")
+    path = rt.warehouse.staging_dir() / f"dml-{batch}"
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), path / "part-0.parquet")
+    rt.catalog.stage_dml(rel.name, str(path), n)
+    return n
 
 
 def update(rt: Runtime, stmt: Statement, epoch: int) -> int:

@@ -152,15 +152,13 @@ class Session:
         self._check_open()
         rel = self.rt.relation(table.lower())
         if isinstance(data, DataFrame):
-            df = data
-        elif isinstance(data, pa.Table):
-            df = self.spark.createDataFrame(data)
-        elif hasattr(data, "to_records") and hasattr(data, "columns"):
-            df = self.spark.createDataFrame(pa.Table.from_pandas(data, preserve_index=False))
-        else:
+            return dml.insert_frame(self.rt, rel, data)
+        if hasattr(data, "to_records") and hasattr(data, "columns"):
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        if not isinstance(data, pa.Table):
             raise SparkwaveError(f"insert into {table!r}: expected a pyarrow Table, pandas DataFrame or Spark "
                                  f"DataFrame, got {type(data).__name__}")
-        return dml.insert_frame(self.rt, rel, df)
+        return dml.insert_arrow(self.rt, rel, data)
 
     def jobs(self) -> list[JobInfo]:
         return [JobInfo(i + 1, r.name, "table" if r.kind == "table" else "materialized view",
@@ -177,11 +175,13 @@ class Session:
             for rel in rels:
                 if compact(self.rt, rel, epoch):
                     done.append(rel.name)
-                apply_retention(self.rt, rel, self._retention_seconds())
+                self._retain(rel)
         return done
 
-    def _retention_seconds(self) -> float:
-        return float(self._setting("retention_seconds"))
+    def _retain(self, rel: Relation) -> None:
+        # Between two epochs, so that no epoch is reading the files being removed.
+        with self.loop.lock:
+            apply_retention(self.rt, rel, float(self._setting("retention_seconds")))
 
     def _setting(self, key: str) -> str:
         return self.catalog.setting(f"config.{key}", SETTINGS[key][0]) or SETTINGS[key][0]
@@ -200,7 +200,7 @@ class Session:
                         with self._ddl_lock:  # DROP must not remove a relation under us
                             if self.catalog.relation(rel.name) is not None:
                                 compact(self.rt, rel, epoch)
-                                apply_retention(self.rt, rel, self._retention_seconds())
+                                self._retain(rel)
             except Exception:
                 log.exception("compaction failed; it will be retried")
 

@@ -29,12 +29,13 @@ from sparkwave.meta.epoch import next_epoch
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
-from sparkwave.storage.table import APP_ID
+from sparkwave.storage.table import log_spark_ddl
 from sparkwave.stream.chunk import vnode
 from sparkwave.stream.materialize import materialize_mv, materialize_table
 from sparkwave.stream.project_filter import ProjectFilter
 
 log = logging.getLogger("sparkwave.barrier")
+MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many times in a row
 
 
 @dataclass
@@ -91,6 +92,7 @@ class BarrierLoop:
         self.lock = threading.RLock()
         self.on_epoch = on_epoch
         self.error: BaseException | None = None
+        self.failures = 0  # consecutive failed attempts; retried with backoff
         self._wake = threading.Condition()
         self._committed = threading.Condition()
         self._stop = False
@@ -113,20 +115,20 @@ class BarrierLoop:
         while True:
             with self._wake:
                 if not self._stop and self._flush_requests == 0:
-                    self._wake.wait(self.interval_ms / 1000)
+                    wait = self.interval_ms / 1000 if self.failures == 0 else min(5.0, 0.2 * 2 ** self.failures)
+                    self._wake.wait(wait)
                 if self._stop:
                     return
                 self._flush_requests = 0
             try:
                 self.run_epoch()
-                self.error = None
-            except Exception as e:  # the loop must survive: the error is reported to waiters
-                log.exception("epoch failed")
+                self.failures, self.error = 0, None
+            except Exception as e:  # the loop survives; an epoch that keeps failing is reported to waiters
+                log.exception("epoch failed (attempt %d)", self.failures + 1)
+                self.failures += 1
                 self.error = e
                 with self._committed:
                     self._committed.notify_all()
-                with self._wake:
-                    self._wake.wait(min(5.0, self.interval_ms / 1000))
 
     def flush(self) -> int:
         """Return once an epoch planned after this call has committed; returns that epoch."""
@@ -136,7 +138,7 @@ class BarrierLoop:
             self._wake.notify_all()
         with self._committed:
             while True:
-                if self.error is not None:
+                if self.error is not None and self.failures >= MAX_ATTEMPTS:
                     raise PipelineError(f"the pipeline's barrier loop failed: {self.error}") from self.error
                 row = self.rt.catalog._one(
                     "SELECT max(epoch) FROM epochs WHERE state = 'committed' AND planned_at >= ?", (t0,))
@@ -148,18 +150,19 @@ class BarrierLoop:
 
     # --- one epoch -----------------------------------------------------------------------------
     def recover(self) -> int | None:
-        """Replay the first planned but uncommitted epoch, with its persisted plan."""
-        pending = self.rt.catalog.uncommitted_plan()
-        if pending is None:
+        """Replay the first planned but uncommitted epoch, if any; returns it."""
+        if self.rt.catalog.uncommitted_plan() is None:
             return None
-        epoch, prev, plan = pending
-        with self.lock:
-            self._execute_and_commit(_Epoch(epoch, prev, plan), time.time())
-        return epoch
+        return self.run_epoch().epoch
 
     def run_epoch(self) -> EpochReport:
+        """Run the next epoch; an epoch that was planned but not committed (a crash, a failed
+        attempt) is replayed first, with the same plan."""
         with self.lock:
             t0 = time.time()
+            pending = self.rt.catalog.uncommitted_plan()
+            if pending is not None:
+                return self._execute_and_commit(_Epoch(*pending), t0)
             prev = self.rt.catalog.committed_epoch()
             e = _Epoch(next_epoch(prev), prev, {})
             dml_ids = self._plan(e)
@@ -209,7 +212,7 @@ class BarrierLoop:
             chunk = e.chunks[rel.name]
             if chunk is None or chunk.num_rows == 0:
                 continue
-            path, rows, version = self.rt.stored(rel).append_log(e.epoch, chunk)
+            path, rows, version = self.rt.stored(rel).commit_log(e.epoch)
             logs.append((rel.name, path, rows, version))
             crash_point("mid_commit")
         crash_point("before_catalog_commit")
@@ -226,12 +229,17 @@ class BarrierLoop:
         return report
 
     def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+        """The relation's log rows for the epoch, staged as its log file (committed later)."""
         stored = self.rt.stored(rel)
-        done = stored.log.transaction_version(APP_ID)
-        if done is not None and done >= e.epoch:
+        if stored.log_committed(e.epoch):
             return stored.read_log_epoch(e.epoch)
+        chunk = self._compute(rel, e, dml)
+        if chunk is not None and chunk.num_rows > 0:
+            stored.stage_log(e.epoch, chunk)
+        return chunk
+
+    def _compute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
         spark = self.rt.spark
-        key = list(rel.schema.key)
         if rel.kind == "table":
             parts: list[DataFrame] = []
             conn = self.rt.connector(rel)
@@ -249,12 +257,15 @@ class BarrierLoop:
             chunk = _with_vnode(intents, rel).toArrow()
             return materialize_table(chunk, rel.schema, e.epoch,
                                      lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
-        up = e.chunks.get(rel.definition["upstreams"][0])
+        upstream = self.rt.relation(rel.definition["upstreams"][0])
+        up = e.chunks.get(upstream.name)
         if up is None or up.num_rows == 0:
             return None
         pf = ProjectFilter.from_json(rel.definition["project_filter"])
-        chunk = _with_vnode(pf.apply(spark.createDataFrame(up)), rel).toArrow()
-        return materialize_mv(chunk, rel.schema, e.epoch) if key else None
+        up_rows = snap.read_parquet(spark, log_spark_ddl(upstream.schema),
+                                    [self.rt.stored(upstream).log_file_path(e.epoch)])
+        chunk = _with_vnode(pf.apply(up_rows), rel).toArrow()
+        return materialize_mv(chunk, rel.schema, e.epoch)
 
     def _forget_consumed_dml(self) -> None:
         consumed = self.rt.catalog.consumed_dml()

@@ -85,20 +85,30 @@ class StoredTable:
         self.log.update_incremental()
         return self.log.transaction_version(APP_ID) or 0
 
-    def append_log(self, epoch: int, chunk: pa.Table) -> tuple[str, int, int]:
-        """Commit one epoch's change rows. Returns (path, rows, delta version).
+    def log_committed(self, epoch: int) -> bool:
+        done = self.log.transaction_version(APP_ID)
+        return done is not None and done >= epoch
+
+    def stage_log(self, epoch: int, chunk: pa.Table) -> str:
+        """Write one epoch's change rows, uncommitted: downstream jobs of the same epoch read the file
+        with Spark's native reader. A replay overwrites it with the same rows."""
+        path = self.log_file_path(epoch)
+        pq.write_table(chunk.select(log_arrow_schema(self.schema).names).cast(log_arrow_schema(self.schema)), path,
+                       row_group_size=64 * 1024)
+        return path
+
+    def commit_log(self, epoch: int) -> tuple[str, int, int]:
+        """Commit the staged file of `epoch` as one Delta version. Returns (path, rows, version).
 
         If the log already holds this epoch (a replay after a crash between the Delta commit and the
-        catalog commit), nothing is written and the existing commit is returned."""
+        catalog commit), nothing is committed and the existing commit is returned."""
         path = self.log_file_path(epoch)
-        if self.log.transaction_version(APP_ID) is not None and self.log.transaction_version(APP_ID) >= epoch:
-            return path, pq.ParquetFile(path).metadata.num_rows, self.log.version()
-        chunk = chunk.select(log_arrow_schema(self.schema).names).cast(log_arrow_schema(self.schema))
-        pq.write_table(chunk, path, row_group_size=64 * 1024)
-        self._commit_files(self.log, [path], [chunk.num_rows], mode="append",
-                           schema=log_arrow_schema(self.schema), app=APP_ID, version=epoch,
-                           stats=[{"minValues": {"_epoch": epoch}, "maxValues": {"_epoch": epoch}}])
-        return path, chunk.num_rows, self.log.version()
+        rows = pq.ParquetFile(path).metadata.num_rows
+        if not self.log_committed(epoch):
+            self._commit_files(self.log, [path], [rows], mode="append", schema=log_arrow_schema(self.schema),
+                               app=APP_ID, version=epoch,
+                               stats=[{"minValues": {"_epoch": epoch}, "maxValues": {"_epoch": epoch}}])
+        return path, rows, self.log.version()
 
     def read_log_epoch(self, epoch: int) -> pa.Table:
         return pq.read_table(self.log_file_path(epoch), schema=log_arrow_schema(self.schema))
