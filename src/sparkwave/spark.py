@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -58,9 +59,20 @@ def create_spark(master: str | None = None) -> SparkSession:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    quiet_query_context_logs()
     return spark
 
 
 def configure(spark: SparkSession) -> None:
     for k, v in REQUIRED_CONF.items():
         spark.conf.set(k, v)
+    quiet_query_context_logs()
+
+
+def quiet_query_context_logs() -> None:
+    """PySpark logs every failed query's context at ERROR; sparkwave raises its own error naming the
+    statement instead, so these would only repeat it as a JSON dump on stderr."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)

@@ -7,7 +7,10 @@ KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
@@ -97,7 +100,7 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
     values = ast.expression
     if not isinstance(values, exp.Values):
         raise stmt.error("only INSERT ... VALUES is supported; use Session.insert for bulk loads", "SELECT")
-    rows = []
+    tuples = []
     for n, tup in enumerate(values.expressions, 1):
         items = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
         if len(items) != len(columns):
@@ -106,13 +109,49 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
         for item in items:
             if item.find(exp.Column):
                 raise stmt.error(f"INSERT values must be constants, not {item.sql(dialect='postgres')!r}")
-        rows.append("(" + ", ".join(i.sql(dialect="spark") for i in items) + ")")
+        tuples.append(items)
+    literal = _literal_table(columns, tuples)
+    if literal is not None:
+        return insert_arrow(rt, rel, literal)
+    rows = ["(" + ", ".join(i.sql(dialect="spark") for i in items) + ")" for items in tuples]
     names = ", ".join(f"`{c}`" for c in columns)
     try:
         df = rt.spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS v({names})")
     except Exception as e:
         raise DataError(f"INSERT INTO {rel.name}: {str(e).splitlines()[0][:300]}") from None
     return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), _insert_op(rel))
+
+
+class _NotLiteral(Exception):
+    pass
+
+
+def _literal(node: exp.Expression) -> object:
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        text = node.this
+        return Decimal(text) if any(ch in text for ch in ".eE") else int(text)
+    if isinstance(node, exp.Neg):
+        value = _literal(node.this)
+        if isinstance(value, int | Decimal):
+            return -value
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        return node.this.this  # DATE '...', TIMESTAMP '...': pyarrow casts the text to the column's type
+    raise _NotLiteral
+
+
+def _literal_table(columns: list[str], tuples: list[list[exp.Expression]]) -> pa.Table | None:
+    """VALUES made only of literals, as an Arrow table (None: let Spark evaluate them)."""
+    try:
+        cols = [[_literal(t[i]) for t in tuples] for i in range(len(columns))]
+        return pa.table({c: pa.array(v) for c, v in zip(columns, cols, strict=True)})
+    except (_NotLiteral, pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+        return None
 
 
 def _insert_op(rel: Relation) -> Op:
@@ -134,6 +173,20 @@ def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
     return stage(rt, rel, checked_cast(rt, rel, df, f"insert into {rel.name}"), _insert_op(rel))
 
 
+def _cast(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """A safe cast (no silent truncation or overflow), plus the conversions SQL users expect:
+    naive timestamp text into timestamptz is read as UTC (the session time zone), and integers
+    into a narrow decimal are checked value by value rather than by the integer type's range."""
+    if pa.types.is_decimal(target) and pa.types.is_integer(values.type):
+        values = values.cast(pa.decimal128(38, target.scale))
+    try:
+        return values.cast(target, safe=True)
+    except pa.ArrowInvalid:
+        if pa.types.is_timestamp(target) and target.tz and pa.types.is_string(values.type):
+            return pc.assume_timezone(values.cast(pa.timestamp(target.unit)), target.tz)
+        raise
+
+
 def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
     """A bulk load that is already on the driver: cast and staged with pyarrow, no Spark job."""
     _check_insert_columns(rel, data.column_names)
@@ -146,7 +199,7 @@ def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
             cols[c.name] = seq
         elif c.name in data.column_names:
             try:
-                cols[c.name] = data[c.name].cast(c.type.arrow, safe=True)
+                cols[c.name] = _cast(data[c.name], c.type.arrow)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
                 raise DataError(f"insert into {rel.name}: a value does not fit column {c.name!r} of type {c.type}: "
                                 f"{str(e).splitlines()[0][:200]}") from None

@@ -97,8 +97,7 @@ class Session:
         with self.catalog.transaction() as db:
             for table in ("log_files", "bases", "base_files", "source_offsets", "pins"):
                 db.execute(f"DELETE FROM {table} WHERE relation NOT IN (SELECT name FROM relations)")
-        staged = {p for *_, p, _ in self.catalog.pending_dml()} | {p for _, p in self.catalog.consumed_dml()}
-        staged |= {r[0] for r in self.catalog._all("SELECT path FROM dml")}
+        staged = self.catalog.staged_paths()
         for entry in os.listdir(self.warehouse.staging_dir()):
             path = str(self.warehouse.staging_dir() / entry)
             if path not in staged:

@@ -45,6 +45,7 @@ class EpochReport:
     rows_out: dict[str, int]
     latency_ms: float
     step_ms: dict[str, float] = field(default_factory=dict)  # execute time per relation
+    replayed: bool = False  # a persisted plan run again after a crash or a failed attempt
 
 
 @dataclass
@@ -93,6 +94,7 @@ class BarrierLoop:
         self.on_epoch = on_epoch
         self.error: BaseException | None = None
         self.failures = 0  # consecutive failed attempts; retried with backoff
+        self.error_at = 0.0
         self._wake = threading.Condition()
         self._committed = threading.Condition()
         self._stop = False
@@ -112,21 +114,22 @@ class BarrierLoop:
             self._thread.join()
 
     def _run(self) -> None:
+        again = False  # after a replay, the epoch a flush() waits for is still to come
         while True:
             with self._wake:
-                if not self._stop and self._flush_requests == 0:
+                if not self._stop and self._flush_requests == 0 and not again:
                     wait = self.interval_ms / 1000 if self.failures == 0 else min(5.0, 0.2 * 2 ** self.failures)
                     self._wake.wait(wait)
                 if self._stop:
                     return
                 self._flush_requests = 0
             try:
-                self.run_epoch()
+                again = self.run_epoch().replayed
                 self.failures, self.error = 0, None
             except Exception as e:  # the loop survives; an epoch that keeps failing is reported to waiters
                 log.exception("epoch failed (attempt %d)", self.failures + 1)
                 self.failures += 1
-                self.error = e
+                self.error, self.error_at = e, time.time()
                 with self._committed:
                     self._committed.notify_all()
 
@@ -138,12 +141,11 @@ class BarrierLoop:
             self._wake.notify_all()
         with self._committed:
             while True:
-                if self.error is not None and self.failures >= MAX_ATTEMPTS:
+                if self.error is not None and self.failures >= MAX_ATTEMPTS and self.error_at >= t0:
                     raise PipelineError(f"the pipeline's barrier loop failed: {self.error}") from self.error
-                row = self.rt.catalog._one(
-                    "SELECT max(epoch) FROM epochs WHERE state = 'committed' AND planned_at >= ?", (t0,))
-                if row and row[0] is not None:
-                    return int(row[0])
+                epoch = self.rt.catalog.committed_planned_since(t0)
+                if epoch is not None:
+                    return epoch
                 self._committed.wait(1.0)
                 if self._thread is None or not self._thread.is_alive():
                     raise PipelineError("the pipeline is closed")
@@ -162,7 +164,9 @@ class BarrierLoop:
             t0 = time.time()
             pending = self.rt.catalog.uncommitted_plan()
             if pending is not None:
-                return self._execute_and_commit(_Epoch(*pending), t0)
+                report = self._execute_and_commit(_Epoch(*pending), t0)
+                report.replayed = True
+                return report
             prev = self.rt.catalog.committed_epoch()
             e = _Epoch(next_epoch(prev), prev, {})
             dml_ids = self._plan(e)

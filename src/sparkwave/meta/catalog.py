@@ -188,6 +188,11 @@ class Catalog:
         row = self._one("SELECT state FROM epochs WHERE epoch = ?", (epoch,))
         return bool(row and row[0] == "committed")
 
+    def committed_planned_since(self, t: float) -> int | None:
+        """The newest committed epoch that was planned at or after time `t`."""
+        row = self._one("SELECT max(epoch) FROM epochs WHERE state = 'committed' AND planned_at >= ?", (t,))
+        return int(row[0]) if row and row[0] is not None else None
+
     def committed_epochs(self, since: int = 0) -> list[int]:
         return [r[0] for r in self._all(
             "SELECT epoch FROM epochs WHERE state = 'committed' AND epoch >= ? ORDER BY epoch", (since,))]
@@ -256,6 +261,9 @@ class Catalog:
             return []
         marks = ",".join("?" * len(ids))
         return self._all(f"SELECT id, relation, path, rows FROM dml WHERE id IN ({marks}) ORDER BY id", tuple(ids))
+
+    def staged_paths(self) -> set[str]:
+        return {r[0] for r in self._all("SELECT path FROM dml")}
 
     def consumed_dml(self) -> list[tuple[int, str]]:
         return self._all("SELECT d.id, d.path FROM dml d JOIN epochs e ON d.epoch = e.epoch "
