@@ -115,14 +115,18 @@ class BarrierLoop:
 
     def _run(self) -> None:
         again = False  # after a replay, the epoch a flush() waits for is still to come
+        started = time.time()
         while True:
             with self._wake:
                 if not self._stop and self._flush_requests == 0 and not again:
-                    wait = self.interval_ms / 1000 if self.failures == 0 else min(5.0, 0.2 * 2 ** self.failures)
+                    # Barriers are paced start to start, so a slow epoch does not stretch the interval.
+                    wait = (max(0.0, started + self.interval_ms / 1000 - time.time()) if self.failures == 0
+                            else min(5.0, 0.2 * 2 ** self.failures))
                     self._wake.wait(wait)
                 if self._stop:
                     return
                 self._flush_requests = 0
+            started = time.time()
             try:
                 again = self.run_epoch().replayed
                 self.failures, self.error = 0, None

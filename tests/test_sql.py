@@ -1,0 +1,47 @@
+"""The SQL surface: SHOW, DESCRIBE (with the MV's derived key), DROP and re-create, IF [NOT] EXISTS,
+several statements in one call, and SELECT over the latest committed epoch."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from tests.oracle import rows_of
+
+
+def test_show_describe_drop_and_select(session):
+    assert session.sql("""
+        CREATE TABLE t (k int, g varchar, v double precision, PRIMARY KEY (k));
+        CREATE TABLE IF NOT EXISTS t (x int);
+        CREATE MATERIALIZED VIEW m AS SELECT g, v * 10 AS v10 FROM t WHERE v > 0;
+        CREATE MATERIALIZED VIEW mm AS SELECT * FROM m;
+        INSERT INTO t VALUES (1, 'a', 1.0), (2, 'b', -1.0), (3, 'a', 2.5)
+    """) is None
+    session.flush()
+    assert sorted(rows_of(session.sql("SHOW TABLES"))) == [("t",)]
+    assert sorted(r[0] for r in rows_of(session.sql("SHOW MATERIALIZED VIEWS"))) == ["m", "mm"]
+    jobs = {r[1]: r for r in rows_of(session.sql("SHOW JOBS"))}
+    assert jobs["m"][3] == "blocking" and jobs["t"][2] == "table"
+    # m does not select t's key k: it is kept as a hidden key column; mm's `*` sees only g and v10
+    assert rows_of(session.sql("DESCRIBE m")) == [("g", "varchar", False, False), ("v10", "double", False, False),
+                                                  ("k", "int", True, True)]
+    assert [r[0] for r in rows_of(session.sql("DESCRIBE mm")) if not r[3]] == ["g", "v10"]
+    result = session.sql("SELECT g, sum(v10) AS s FROM mm GROUP BY g ORDER BY g")
+    assert isinstance(result, DataFrame) and rows_of(result) == [("a", 35.0)]
+    session.sql("DROP MATERIALIZED VIEW mm; DROP MATERIALIZED VIEW IF EXISTS nope")
+    assert not (session.warehouse.relation_dir("mm")).exists()
+    session.sql("CREATE MATERIALIZED VIEW mm AS SELECT g FROM m WHERE v10 > 20")
+    assert rows_of(session.table("mm")) == [("a",)]
+    session.sql("DROP MATERIALIZED VIEW mm; DROP MATERIALIZED VIEW m; DROP TABLE t")
+    assert rows_of(session.sql("SHOW JOBS")) == []
+
+
+def test_mv_key_follows_upstream_through_updates(session):
+    session.sql("CREATE TABLE t (a int, b int, v varchar, PRIMARY KEY (a, b)); "
+                "CREATE MATERIALIZED VIEW m AS SELECT b AS bb, upper(v) AS u FROM t")
+    session.sql("INSERT INTO t VALUES (1, 1, 'x'), (1, 2, 'y'), (2, 1, 'z')")
+    session.flush()
+    session.sql("UPDATE t SET v = 'w' WHERE a = 1")
+    session.flush()
+    assert sorted(rows_of(session.table("m"))) == [(1, "W"), (1, "Z"), (2, "W")]
+    key = [r[0] for r in rows_of(session.sql("DESCRIBE m")) if r[2]]
+    assert key == ["bb", "a"]  # b is selected (as bb); a is kept hidden
