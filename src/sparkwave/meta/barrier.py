@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -211,19 +210,9 @@ class BarrierLoop:
             end - start for splits in e.plan.get("sources", {}).values() for start, end in splits.values())
         step_ms: dict[str, float] = {}
         for i, rel in enumerate(relations):
-            if rel.name in e.chunks:
-                continue  # computed in its upstream's fused job
             t_rel = time.time()
-            if rel.kind == "table":
-                e.chunks[rel.name] = self._execute_table(rel, e, dml)
-                done = [rel.name]
-            else:
-                siblings = [r for r in relations if r.kind == "mv" and r.name not in e.chunks
-                            and r.upstreams == rel.upstreams]
-                e.chunks.update(self._execute_mvs(siblings, e))
-                done = [r.name for r in siblings]
-            for name in done:
-                step_ms[name] = (time.time() - t_rel) * 1000
+            e.chunks[rel.name] = self._execute(rel, e, dml)
+            step_ms[rel.name] = (time.time() - t_rel) * 1000
             if i == 0:
                 crash_point("mid_execute")
         logs: list[tuple[str, str, int, int]] = []
@@ -247,62 +236,44 @@ class BarrierLoop:
             self.on_epoch(report)
         return report
 
-    def _execute_table(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
-        """The table's log rows for the epoch, staged as its log file (committed later)."""
+    def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+        """The relation's log rows for the epoch, staged as its log file (committed later)."""
         stored = self.rt.stored(rel)
         if stored.log_committed(e.epoch):
             return stored.read_log_epoch(e.epoch)
-        spark = self.rt.spark
-        parts: list[DataFrame] = []
-        conn = self.rt.connector(rel)
-        for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
-            assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
-            parts.append(conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint")))
-        files = [path for _, r, path, _ in dml if r == rel.name]
-        if files:
-            parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
-        if not parts:
-            return None
-        intents = parts[0]
-        for p in parts[1:]:
-            intents = intents.unionByName(p)
-        chunk = materialize_table(_with_vnode(intents, rel).toArrow(), rel.schema, e.epoch,
-                                  lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
-        return self._stage(rel, e, chunk)
-
-    def _execute_mvs(self, siblings: list[Relation], e: _Epoch) -> dict[str, pa.Table | None]:
-        """The log rows of every MV on one upstream, computed by one Spark job: each MV's
-        project-filter over the upstream's staged log file, unioned with a tag, collected once."""
-        out: dict[str, pa.Table | None] = {}
-        todo = []
-        for rel in siblings:
-            stored = self.rt.stored(rel)
-            out[rel.name] = stored.read_log_epoch(e.epoch) if stored.log_committed(e.epoch) else None
-            if out[rel.name] is None:
-                todo.append(rel)
-        upstream = self.rt.relation(siblings[0].upstreams[0])
-        up = e.chunks.get(upstream.name)
-        if not todo or up is None or up.num_rows == 0:
-            return out
-        up_rows = snap.read_parquet(self.rt.spark, log_spark_ddl(upstream.schema),
-                                    [self.rt.stored(upstream).log_file_path(e.epoch)])
-        fused = None
-        for i, rel in enumerate(todo):
-            df = _with_vnode(ProjectFilter.from_json(rel.definition["project_filter"]).apply(up_rows), rel)
-            df = df.select(F.lit(i).alias("_mv"), *[F.col(f"`{c}`").alias(f"_{i}_{c}") for c in df.columns])
-            fused = df if fused is None else fused.unionByName(df, allowMissingColumns=True)
-        assert fused is not None
-        rows = fused.toArrow()
-        for i, rel in enumerate(todo):
-            names = ["_op", "_seq", "_vnode", *rel.schema.names]
-            part = rows.filter(pc.equal(rows["_mv"], i)).select([f"_{i}_{c}" for c in names]).rename_columns(names)
-            out[rel.name] = self._stage(rel, e, materialize_mv(part, rel.schema, e.epoch))
-        return out
-
-    def _stage(self, rel: Relation, e: _Epoch, chunk: pa.Table) -> pa.Table:
-        if chunk.num_rows > 0:
-            self.rt.stored(rel).stage_log(e.epoch, chunk)
+        chunk = self._compute(rel, e, dml)
+        if chunk is not None and chunk.num_rows > 0:
+            stored.stage_log(e.epoch, chunk)
         return chunk
+
+    def _compute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+        spark = self.rt.spark
+        if rel.kind == "table":
+            parts: list[DataFrame] = []
+            conn = self.rt.connector(rel)
+            for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
+                assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
+                parts.append(conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint")))
+            files = [path for _, r, path, _ in dml if r == rel.name]
+            if files:
+                parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
+            if not parts:
+                return None
+            intents = parts[0]
+            for p in parts[1:]:
+                intents = intents.unionByName(p)
+            chunk = _with_vnode(intents, rel).toArrow()
+            return materialize_table(chunk, rel.schema, e.epoch,
+                                     lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
+        upstream = self.rt.relation(rel.definition["upstreams"][0])
+        up = e.chunks.get(upstream.name)
+        if up is None or up.num_rows == 0:
+            return None
+        pf = ProjectFilter.from_json(rel.definition["project_filter"])
+        up_rows = snap.read_parquet(spark, log_spark_ddl(upstream.schema),
+                                    [self.rt.stored(upstream).log_file_path(e.epoch)])
+        chunk = _with_vnode(pf.apply(up_rows), rel).toArrow()
+        return materialize_mv(chunk, rel.schema, e.epoch)
 
     def _forget_consumed_dml(self) -> None:
         consumed = self.rt.catalog.consumed_dml()
