@@ -184,10 +184,6 @@ class Catalog:
             db.execute("UPDATE epochs SET state = 'committed', committed_at = ?, rows_in = ?, latency_ms = ? "
                        "WHERE epoch = ?", (time.time(), rows_in, latency_ms, epoch))
 
-    def epoch_is_committed(self, epoch: int) -> bool:
-        row = self._one("SELECT state FROM epochs WHERE epoch = ?", (epoch,))
-        return bool(row and row[0] == "committed")
-
     def committed_planned_since(self, t: float) -> int | None:
         """The newest committed epoch that was planned at or after time `t`."""
         row = self._one("SELECT max(epoch) FROM epochs WHERE state = 'committed' AND planned_at >= ?", (t,))
@@ -197,27 +193,14 @@ class Catalog:
         return [r[0] for r in self._all(
             "SELECT epoch FROM epochs WHERE state = 'committed' AND epoch >= ? ORDER BY epoch", (since,))]
 
-    def recent_epochs(self, n: int) -> list[tuple[int, int, float]]:
-        return self._all("SELECT epoch, rows_in, latency_ms FROM epochs WHERE state = 'committed' "
-                         "ORDER BY epoch DESC LIMIT ?", (n,))
-
     def last_planned_at(self) -> float:
         row = self._one("SELECT max(planned_at) FROM epochs")
         return float(row[0]) if row and row[0] is not None else 0.0
 
-    def prune_epochs(self, below: int) -> None:
-        with self.transaction() as db:
-            db.execute("DELETE FROM epochs WHERE state = 'committed' AND epoch < ?", (below,))
-
-    # --- storage maps ---------------------------------------------------------------------------
     def log_files(self, relation: str, after: int, upto: int) -> list[tuple[int, str]]:
         """The log files of epochs in `(after, upto]`, oldest first."""
         return self._all("SELECT epoch, path FROM log_files WHERE relation = ? AND epoch > ? AND epoch <= ? "
                          "ORDER BY epoch", (relation, after, upto))
-
-    def log_file(self, relation: str, epoch: int) -> str | None:
-        row = self._one("SELECT path FROM log_files WHERE relation = ? AND epoch = ?", (relation, epoch))
-        return row[0] if row else None
 
     def base_at(self, relation: str, epoch: int) -> Base | None:
         """The newest base with compaction epoch <= `epoch`."""

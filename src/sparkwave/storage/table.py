@@ -81,10 +81,6 @@ class StoredTable:
     def log_file_path(self, epoch: int) -> str:
         return str(self.log_path / f"e{epoch}.parquet")
 
-    def committed_log_epoch(self) -> int:
-        self.log.update_incremental()
-        return self.log.transaction_version(APP_ID) or 0
-
     def log_committed(self, epoch: int) -> bool:
         done = self.log.transaction_version(APP_ID)
         return done is not None and done >= epoch
