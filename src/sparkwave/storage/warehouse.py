@@ -32,9 +32,6 @@ class Warehouse:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "tables").mkdir(exist_ok=True)
 
-    def exists(self) -> bool:
-        return self.catalog_path.exists()
-
     def remove_tree(self, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
