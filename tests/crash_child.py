@@ -63,7 +63,7 @@ def main(warehouse: str, progress: str) -> None:
             if i == 2:
                 s.compact()
             if i == 3:
-                s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV[0]} AS {LATE_MV[1]}")
+                s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV[0]} WITH (backfill_strategy = 'blocking') AS {LATE_MV[1]}")
 
 
 if __name__ == "__main__":

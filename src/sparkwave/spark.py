@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -54,7 +55,10 @@ def create_spark(master: str | None = None) -> SparkSession:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", os.environ.get("SPARKWAVE_SHUFFLE_PARTITIONS", "4"))
                .config("spark.driver.memory", os.environ.get("SPARKWAVE_DRIVER_MEMORY", "4g"))
-               .config("spark.sql.adaptive.enabled", "true"))
+               .config("spark.sql.adaptive.enabled", "true")
+               # Pools: the main graph's epochs first, creating jobs (backfills) on what is left.
+               .config("spark.scheduler.mode", "FAIR")
+               .config("spark.scheduler.allocation.file", str(Path(__file__).with_name("fairscheduler.xml"))))
     for k, v in REQUIRED_CONF.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

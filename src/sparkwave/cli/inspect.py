@@ -2,32 +2,57 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 
+from sparkwave.cli.progress import JobBars
 from sparkwave.meta.catalog import Catalog
 from sparkwave.meta.epoch import epoch_datetime
 from sparkwave.meta.ownership import describe_owner, is_owned
+from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.storage.warehouse import Warehouse
 
 
-def jobs_table(warehouse: str | Path) -> Table:
+def _read(warehouse: str | Path) -> tuple[str, list[JobInfo]]:
     wh = Warehouse(warehouse)
     catalog = Catalog(wh.catalog_path, read_only=True)
     try:
         committed = catalog.committed_epoch()
         owner = describe_owner(wh.owner_path) if is_owned(wh.owner_path) else "none"
         when = epoch_datetime(committed).strftime("%H:%M:%S") if committed else "-"
-        table = Table(title=f"sparkwave jobs · committed epoch {committed} ({when}) · owner: {owner}")
-        for c in ("id", "name", "kind", "strategy", "phase", "rows", "created epoch"):
-            table.add_column(c)
-        for i, rel in enumerate(catalog.relations(), 1):
-            base = catalog.base_at(rel.name, committed)
-            _, log_rows = catalog.log_rows_since(rel.name, base.epoch if base else 0)
-            table.add_row(str(i), rel.name, "table" if rel.kind == "table" else "materialized view",
-                          rel.definition.get("backfill_strategy", "-"), "created",
-                          f"{(base.rows if base else 0) + log_rows:,} changes", str(rel.created_epoch))
-        return table
+        return f"sparkwave jobs · committed epoch {committed} ({when}) · owner: {owner}", job_infos(catalog)
     finally:
         catalog.close()
+
+
+def jobs_table(warehouse: str | Path) -> Table:
+    title, jobs = _read(warehouse)
+    table = Table(title=title)
+    for c in ("id", "name", "kind", "strategy", "phase", "progress", "rows/s", "ETA", "lag", "rate limit",
+              "started", "created epoch"):
+        table.add_column(c)
+    for j in jobs:
+        creating = j.creating
+        table.add_row(str(j.id), j.name, j.kind, j.strategy, j.phase,
+                      f"{j.rows_done:,}/{j.rows_total:,} ({j.percent:.1f}%)" if creating else "-",
+                      f"{j.rows_per_second:,.0f}" if creating else "-",
+                      "-" if j.eta_seconds is None else f"{j.eta_seconds:,.0f}s",
+                      f"{j.lag_epochs} epochs / {j.lag_seconds:,.1f}s" if creating else "-",
+                      "unlimited" if j.rate_limit is None else str(j.rate_limit),
+                      j.started_at.strftime("%H:%M:%S"), str(j.created_epoch))
+    return table
+
+
+def watch_jobs(console: Console, warehouse: str | Path) -> int:
+    """A live view until Ctrl-C: the jobs table, and one progress bar per creating job."""
+    bars = JobBars()
+    with Live(console=console, refresh_per_second=2) as live:
+        while True:
+            title, jobs = _read(warehouse)
+            bars.update([j for j in jobs if j.creating or j.id in bars.shown])
+            live.update(Group(jobs_table(warehouse), bars.progress))
+            time.sleep(1.0)

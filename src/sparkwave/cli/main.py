@@ -12,6 +12,8 @@ from rich.table import Table
 
 from sparkwave.errors import SparkwaveError
 
+REQUEST_WAIT_S = 60.0
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparkwave", description="A streaming database layer for Apache Spark.")
@@ -48,13 +50,39 @@ def _sql(console: Console, warehouse: str, text: str) -> int:
     from pyspark.sql import DataFrame
 
     import sparkwave
+    from sparkwave.errors import OwnershipError
 
-    with sparkwave.connect(warehouse) as session:
+    try:
+        session = sparkwave.connect(warehouse)
+    except OwnershipError as e:  # control statements still reach the owner, through the catalog
+        return _send_requests(console, warehouse, text, e)
+    with session:
         result = session.sql(text)
         if isinstance(result, DataFrame):
             print_frame(console, result.toArrow().to_pylist(), result.columns)
         else:
             session.flush()
+    return 0
+
+
+def _send_requests(console: Console, warehouse: str, text: str, not_owner: Exception) -> int:
+    from sparkwave.frontend.control import queue_requests, request_outcome
+    from sparkwave.storage.warehouse import Warehouse
+
+    path = Warehouse(warehouse).catalog_path
+    queued = queue_requests(path, text, not_owner)  # type: ignore[arg-type]
+    deadline = time.time() + REQUEST_WAIT_S
+    for request_id, what in queued:
+        console.print(f"request {request_id} queued for the owner: {what}", highlight=False)
+        while (outcome := request_outcome(path, request_id)) is None and time.time() < deadline:
+            time.sleep(0.2)  # the owner applies requests at its next barrier
+        if outcome is None:
+            console.print(f"request {request_id} not applied yet: the owner applies it at its next barrier")
+        elif outcome.startswith("error"):
+            console.print(f"[bold red]request {request_id} failed:[/] {outcome}", highlight=False)
+            return 1
+        else:
+            console.print(f"request {request_id} {outcome} by the owner", highlight=False)
     return 0
 
 
@@ -68,13 +96,12 @@ def print_frame(console: Console, rows: list[dict], columns: list[str], title: s
 
 
 def _jobs(console: Console, warehouse: str, watch: bool) -> int:
-    from sparkwave.cli.inspect import jobs_table
+    from sparkwave.cli.inspect import jobs_table, watch_jobs
 
-    while True:
-        console.print(jobs_table(warehouse))
-        if not watch:
-            return 0
-        time.sleep(1.0)
+    if watch:
+        return watch_jobs(console, warehouse)
+    console.print(jobs_table(warehouse))
+    return 0
 
 
 if __name__ == "__main__":

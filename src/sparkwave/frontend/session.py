@@ -4,31 +4,33 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from sqlglot import exp
 
 from sparkwave.connectors import make_connector
 from sparkwave.errors import CatalogError, SparkwaveError, SqlError
 from sparkwave.frontend import dml
+from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.planner import SYSTEM_NAMES, plan_mv
-from sparkwave.frontend.statements import Statement, parse
+from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.catalog import Catalog, Relation
+from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
 from sparkwave.meta.ownership import Ownership
+from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.spark import configure, create_spark
 from sparkwave.storage.compaction import compact, write_base
 from sparkwave.storage.retention import apply_retention
 from sparkwave.storage.schema import Column, Schema, parse_type
 from sparkwave.storage.warehouse import Warehouse
-from sparkwave.stream.chunk import vnode
+from sparkwave.stream.backfill import snapshot_rows
 from sparkwave.stream.project_filter import ProjectFilter
 
 log = logging.getLogger("sparkwave")
@@ -36,18 +38,12 @@ log = logging.getLogger("sparkwave")
 SETTINGS = {
     "retention_seconds": ("3600", "how long committed epochs stay readable with as_of"),
     "compaction_epochs": ("50", "log epochs since the base that trigger a compaction"),
-    "backfill_strategy": ("blocking", "how CREATE MATERIALIZED VIEW fills a new MV"),
+    "backfill_strategy": ("snapshot", "how CREATE MATERIALIZED VIEW fills a new MV: snapshot | blocking"),
+    "background_ddl": ("false", "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
+    "backfill_rate_limit": ("default", "rows per second per new creating job; default = unlimited, 0 = paused"),
+    "backfill_chunk_rows": ("1000000", "snapshot rows per checkpoint of a creating job"),
 }
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    id: int
-    name: str
-    kind: str
-    strategy: str
-    phase: str
-    created_epoch: int
+STRATEGIES = ("snapshot", "blocking")
 
 
 def connect(warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
@@ -77,9 +73,13 @@ class Session:
             self.catalog = Catalog(self.warehouse.catalog_path)
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self.loop = BarrierLoop(self.rt, barrier_interval_ms, on_epoch)
+            self.creating = CreatingJobs(self.rt, self.loop.lock, self.loop.nudge)
+            self.creating.chunk_rows = int(self._setting("backfill_chunk_rows"))
+            self.loop.jobs = self.creating
             self._ddl_lock = threading.Lock()
             self._recover()
             self.loop.start()
+            self.creating.resume_all()
             self._closed = False
             self._compactor_stop = threading.Event()
             self._compactor = threading.Thread(target=self._compact_loop, name="sparkwave-compactor", daemon=True)
@@ -90,7 +90,7 @@ class Session:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _recover(self) -> None:
-        known = {r.name for r in self.catalog.relations()}
+        known = {r.name for r in self.catalog.relations(creating=True)}
         for name in self.warehouse.relation_dirs():
             if name not in known:  # a DDL that crashed before its catalog commit
                 self.warehouse.remove_tree(self.warehouse.relation_dir(name))
@@ -109,6 +109,7 @@ class Session:
             return
         self._closed = True
         self._compactor_stop.set()
+        self.creating.stop()
         self.loop.stop()
         self._compactor.join()
         self.catalog.close()
@@ -142,7 +143,7 @@ class Session:
         return self.catalog.committed_epoch()
 
     def table(self, name: str, as_of: int | None = None) -> DataFrame:
-        rel = self.rt.relation(name.lower())
+        rel = self._readable(name.lower())
         epoch = self.committed_epoch if as_of is None else as_of
         return self.rt.visible(rel, epoch)
 
@@ -160,9 +161,21 @@ class Session:
         return dml.insert_arrow(self.rt, rel, data)
 
     def jobs(self) -> list[JobInfo]:
-        return [JobInfo(i + 1, r.name, "table" if r.kind == "table" else "materialized view",
-                        r.definition.get("backfill_strategy", "-"), "created", r.created_epoch)
-                for i, r in enumerate(self.catalog.relations())]
+        """Every job with its phase and, while creating, its progress."""
+        return job_infos(self.catalog)
+
+    def wait(self) -> None:
+        """Block until every creating job has joined the main graph."""
+        self._check_open()
+        self.creating.wait_created()
+
+    def _readable(self, name: str) -> Relation:
+        rel = self.rt.relation(name)
+        if rel.state != "created":
+            job = self.catalog.job_of(name)
+            raise CatalogError(f"materialized view {name!r} is still being created (job {job.id if job else '?'}); "
+                               "WAIT for it or watch SHOW JOBS")
+        return rel
 
     def compact(self, name: str | None = None) -> list[str]:
         """Compact now (every relation, or `name`) at the committed epoch, then apply retention."""
@@ -211,19 +224,42 @@ class Session:
     def _do_flush(self, stmt: Statement) -> None:
         self.flush()
 
+    def _do_wait(self, stmt: Statement) -> None:
+        self.wait()
+
     def _do_set(self, stmt: Statement) -> None:
-        key, value = stmt.args["key"], stmt.args["value"]
+        key, value = stmt.args["key"], stmt.args["value"].lower()
         if key not in SETTINGS:
             raise stmt.error(f"unknown setting {key!r}; known: {', '.join(SETTINGS)}", key)
-        if key == "backfill_strategy" and value.lower() not in ("blocking",):
-            raise stmt.error(f"unknown backfill strategy {value!r}; supported: blocking", value)
-        if key != "backfill_strategy":
+        if key == "backfill_strategy":
+            if value not in STRATEGIES:
+                raise stmt.error(f"unknown backfill strategy {value!r}; supported: {', '.join(STRATEGIES)}", value)
+        elif key == "background_ddl":
+            if value not in ("true", "false", "on", "off"):
+                raise stmt.error(f"setting background_ddl needs true or false, got {value!r}", value)
+            value = "true" if value in ("true", "on") else "false"
+        elif key == "backfill_rate_limit":
+            limit = rate_limit_value(stmt, value)
+            value = "default" if limit is None else str(limit)
+        else:
             try:
-                if float(value) < 0:
+                if float(value) < 0 or (key == "backfill_chunk_rows" and int(value) < 1):
                     raise ValueError
             except ValueError:
                 raise stmt.error(f"setting {key} needs a non-negative number, got {value!r}", value) from None
-        self.catalog.set_setting(f"config.{key}", value.lower())
+            if key == "backfill_chunk_rows":
+                self.creating.chunk_rows = int(value)
+        self.catalog.set_setting(f"config.{key}", value)
+
+    def _do_cancel(self, stmt: Statement) -> None:
+        for job_id in stmt.args["ids"]:
+            self.creating.creating_job(job_id)  # every id is checked before any is cancelled
+        for job_id in stmt.args["ids"]:
+            self.creating.cancel(job_id)
+
+    def _do_alter_rate(self, stmt: Statement) -> None:
+        limit = rate_limit_value(stmt, stmt.args["value"])
+        self.creating.set_rate_limit(creating_job_of(self.catalog, stmt).id, limit)
 
     def _do_show(self, stmt: Statement) -> DataFrame:
         what = stmt.args["what"]
@@ -234,8 +270,13 @@ class Session:
             return self.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels if r.kind == "mv"],
                                               "name string, definition string")
         return self.spark.createDataFrame(
-            [(j.id, j.name, j.kind, j.strategy, j.phase, j.created_epoch) for j in self.jobs()],
-            "id int, name string, kind string, strategy string, phase string, created_epoch bigint")
+            [(j.id, j.name, j.kind, j.strategy, j.phase, j.rows_done, j.rows_total, j.percent, j.rows_per_second,
+              j.eta_seconds, j.lag_epochs, j.lag_seconds, j.rate_limit, j.started_at.replace(tzinfo=None),
+              j.created_epoch, j.held_back, j.error) for j in self.jobs()],
+            "id int, name string, kind string, strategy string, phase string, snapshot_rows_done bigint, "
+            "snapshot_rows_total bigint, percent double, rows_per_second double, eta_seconds double, "
+            "lag_epochs int, lag_seconds double, rate_limit bigint, started_at timestamp, created_epoch bigint, "
+            "held_back int, error string")
 
     def _do_describe(self, stmt: Statement) -> DataFrame:
         rel = self.rt.relation(stmt.args["name"])
@@ -246,10 +287,9 @@ class Session:
         assert stmt.ast is not None
         epoch = self.committed_epoch
         for t in {t.name.lower() for t in stmt.ast.find_all(exp.Table)}:
-            rel = self.catalog.relation(t)
-            if rel is None:
+            if self.catalog.relation(t) is None:
                 continue
-            self.rt.visible(rel, epoch).createOrReplaceTempView(t)
+            self.rt.visible(self._readable(t), epoch).createOrReplaceTempView(t)
         try:
             return self.spark.sql(stmt.ast.sql(dialect="spark"))
         except Exception as e:
@@ -328,24 +368,54 @@ class Session:
         if unknown:
             raise stmt.error(f"unknown option(s) {', '.join(sorted(unknown))} for CREATE MATERIALIZED VIEW", "WITH")
         strategy = options.get("backfill_strategy", self._setting("backfill_strategy")).lower()
-        if strategy != "blocking":
-            raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: blocking", "backfill_strategy")
+        if strategy not in STRATEGIES:
+            raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: {', '.join(STRATEGIES)}",
+                             "backfill_strategy")
         assert stmt.ast is not None
         mv = plan_mv(stmt, stmt.ast, self.rt.relation, self.spark)
+        upstream = self.rt.relation(mv.upstream)
+        if upstream.state != "created":
+            job = self.catalog.job_of(upstream.name)
+            raise CatalogError(f"cannot create {name!r} on {upstream.name!r}: {upstream.name!r} is itself still being "
+                               f"created (job {job.id if job else '?'}); WAIT for it first (at "
+                               f"{stmt.where(upstream.name)})")
         definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": [mv.upstream],
                       "project_filter": mv.project_filter.to_json(), "backfill_strategy": strategy}
+        if strategy == "blocking":
+            self._create_blocking(Relation(name, "mv", mv.schema, definition, 0), mv.project_filter, upstream)
+            return
+        limit = self._setting("backfill_rate_limit")
+        with self.loop.lock:  # only to read one committed epoch S; the main graph does not wait for the backfill
+            rel = Relation(name, "mv", mv.schema, definition, self.committed_epoch, state="creating")
+            self.rt.stored(rel).create()
+            with self.catalog.transaction() as db:
+                job_id = self.creating.register(db, rel, upstream.name)
+                if limit != "default":
+                    self.catalog.update_job(db, job_id, rate_limit=int(limit))
+        self.creating.start(job_id)
+        if self._setting("background_ddl") != "true":
+            self._wait_foreground(job_id)
+
+    def _wait_foreground(self, job_id: int) -> None:
+        if not sys.stderr.isatty():
+            self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES)
+            return
+        from sparkwave.cli.progress import JobBars
+
+        with JobBars() as bars:
+            self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES,
+                                       on_progress=lambda: bars.update([j for j in self.jobs() if j.id == job_id]))
+
+    def _create_blocking(self, rel: Relation, pf: ProjectFilter, upstream: Relation) -> None:
         with self.loop.lock:  # blocking backfill: the main graph waits at an epoch boundary
             epoch = self.committed_epoch
-            rel = Relation(name, "mv", mv.schema, definition, epoch)
+            rel = Relation(rel.name, rel.kind, rel.schema, rel.definition, epoch)
             self.rt.stored(rel).create()
-            upstream = self.rt.relation(mv.upstream)
-            rows = self.rt.snapshot(upstream, epoch).drop("_vnode").select(
-                F.lit(1).cast("tinyint").alias("_op"), F.lit(0).cast("bigint").alias("_seq"), "*")
-            built = _backfill_rows(mv.project_filter, rows, mv.schema)
+            built = snapshot_rows(pf, self.rt.snapshot(upstream, epoch), rel.schema)
             base = write_base(self.rt, rel, built, epoch, crash_name="mid_backfill", record=False)
             with self.catalog.transaction() as db:
-                self.catalog.add_relation(db, rel)
-                self.catalog.add_base(db, name, epoch, base.version, sum(base.rows), base.files)
+                self.catalog.add_relation(db, rel, "blocking", upstream.name)
+                self.catalog.add_base(db, rel.name, epoch, base.version, sum(base.rows), base.files)
 
     def _do_drop(self, stmt: Statement) -> None:
         name = stmt.args["name"]
@@ -357,8 +427,12 @@ class Session:
         if rel.kind != stmt.args["kind"]:
             what = "a table" if rel.kind == "table" else "a materialized view"
             raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
+        job = self.catalog.job_of(name)
+        if job is not None and job.creating:
+            self.creating.cancel(job.id)  # its partial table, progress and pins go with it
+            return
         with self.loop.lock, self._ddl_lock:
-            dependents = [r.name for r in self.catalog.relations() if name in r.upstreams]
+            dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
             if dependents:
                 raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "
                                    "drop them first")
@@ -367,9 +441,4 @@ class Session:
             self.rt.forget(name)
             self.warehouse.remove_tree(self.warehouse.relation_dir(name))
 
-
-def _backfill_rows(pf: ProjectFilter, rows: DataFrame, schema: Schema) -> DataFrame:
-    out = pf.apply(rows)
-    return out.select(vnode(list(schema.key)).alias("_vnode"),
-                      *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
 

@@ -26,7 +26,7 @@ class Statement:
     text: str
     line: int
     col: int
-    kind: str  # flush | show | describe | set | create_table | create_mv | drop | insert | update | delete | query
+    kind: str  # flush | wait | cancel | alter_rate | show | describe | set | create_table | create_mv | drop | ...
     ast: exp.Expression | None = None
     args: dict = field(default_factory=dict)
 
@@ -104,6 +104,24 @@ def classify(text: str, line: int, col: int) -> Statement:
     head = " ".join(words[:3]).upper()
     if re.fullmatch(r"FLUSH", text, re.IGNORECASE):
         return Statement(text, line, col, "flush")
+    if re.fullmatch(r"WAIT", text, re.IGNORECASE):
+        return Statement(text, line, col, "wait")
+    m = re.fullmatch(r"CANCEL\s+JOBS?\s+(.+)", text, re.IGNORECASE | re.DOTALL)
+    if m:
+        ids = [i.strip() for i in m.group(1).split(",")]
+        if not all(re.fullmatch(r"[0-9]+", i) for i in ids):
+            raise base.error("CANCEL JOBS expects job ids, e.g. CANCEL JOBS 3, 4 (see SHOW JOBS)")
+        return Statement(text, line, col, "cancel", args={"ids": [int(i) for i in ids]})
+    m = re.fullmatch(r"ALTER\s+MATERIALIZED\s+VIEW\s+" + _NAME + r"\s+SET\s+" + _NAME + r"\s*(?:=|\bTO\b)\s*(\S+)",
+                     text, re.IGNORECASE)
+    if m:
+        if m.group(2).lower() != "backfill_rate_limit":
+            raise base.error(f"unsupported ALTER MATERIALIZED VIEW setting {m.group(2)!r}; supported: "
+                             "BACKFILL_RATE_LIMIT", m.group(2))
+        return Statement(text, line, col, "alter_rate", args={"name": m.group(1).lower(), "value": m.group(3)})
+    if head.startswith("ALTER"):
+        raise base.error("unsupported ALTER statement; supported: ALTER MATERIALIZED VIEW name SET "
+                         "BACKFILL_RATE_LIMIT = n | DEFAULT")
     m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS)", text, re.IGNORECASE)
     if m:
         return Statement(text, line, col, "show", args={"what": " ".join(m.group(1).upper().split())})
@@ -179,3 +197,17 @@ def _create_table(base: Statement) -> Statement:
     return Statement(text, base.line, base.col, "create_table", ast,
                      {"append_only": append_only, "options": options,
                       "if_not_exists": bool(ast.args.get("exists"))})
+
+
+def rate_limit_value(stmt: Statement, value: str) -> int | None:
+    """A BACKFILL_RATE_LIMIT value: rows per second (0 pauses), or None for DEFAULT (unlimited)."""
+    if value.lower() == "default":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise stmt.error(f"a backfill rate limit is a non-negative number of rows per second or DEFAULT, got "
+                         f"{value!r}", value)
+    return n

@@ -12,11 +12,13 @@ Each epoch, in this order (a crash between any two steps is recovered by replayi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -30,11 +32,15 @@ from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
 from sparkwave.storage.table import log_spark_ddl
-from sparkwave.stream.chunk import vnode
+from sparkwave.stream.chunk import with_vnode
 from sparkwave.stream.materialize import materialize_mv, materialize_table
 from sparkwave.stream.project_filter import ProjectFilter
 
+if TYPE_CHECKING:
+    from sparkwave.meta.jobs import CreatingJobs
+
 log = logging.getLogger("sparkwave.barrier")
+MAIN_POOL = "main"  # the Spark scheduler pool of the main graph; creating jobs run in "backfill"
 MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many times in a row
 
 
@@ -54,13 +60,6 @@ class _Epoch:
     prev: int
     plan: dict
     chunks: dict[str, pa.Table | None] = field(default_factory=dict)
-
-
-def _with_vnode(chunk: DataFrame, rel: Relation) -> DataFrame:
-    """The chunk's columns in stored order and types, with each row's vnode."""
-    return chunk.select(F.col("_op").cast("tinyint").alias("_op"), F.col("_seq").cast("bigint").alias("_seq"),
-                        vnode(list(rel.schema.key)).alias("_vnode"),
-                        *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -100,6 +99,8 @@ class BarrierLoop:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._flush_requests = 0
+        self._nudged = False
+        self.jobs: CreatingJobs | None = None  # set by the session: mutations and the lag rule ride on barriers
 
     # --- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,22 +114,35 @@ class BarrierLoop:
         if self._thread:
             self._thread.join()
 
+    def nudge(self) -> None:
+        """A creating job moved: a barrier held back by the lag rule may be admitted now."""
+        with self._wake:
+            self._nudged = True
+            self._wake.notify_all()
+
     def _run(self) -> None:
+        self.rt.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
         again = False  # after a replay, the epoch a flush() waits for is still to come
+        held = False  # the last barrier was held back by a creating job's lag rule
         started = time.time()
         while True:
             with self._wake:
-                if not self._stop and self._flush_requests == 0 and not again:
+                if not again:
                     # Barriers are paced start to start, so a slow epoch does not stretch the interval.
-                    wait = (max(0.0, started + self.interval_ms / 1000 - time.time()) if self.failures == 0
-                            else min(5.0, 0.2 * 2 ** self.failures))
-                    self._wake.wait(wait)
+                    wait = (1.0 if held else max(0.0, started + self.interval_ms / 1000 - time.time())
+                            if self.failures == 0 else min(5.0, 0.2 * 2 ** self.failures))
+                    self._wake.wait_for(lambda h=held: self._stop or self._flush_requests > 0 or (h and self._nudged),
+                                        timeout=wait)
                 if self._stop:
                     return
                 self._flush_requests = 0
-            started = time.time()
+                self._nudged = False
+            if not held:
+                started = time.time()
             try:
-                again = self.run_epoch().replayed
+                report = self.run_epoch()
+                held = report is None
+                again = report is not None and report.replayed
                 self.failures, self.error = 0, None
             except Exception as e:  # the loop survives; an epoch that keeps failing is reported to waiters
                 log.exception("epoch failed (attempt %d)", self.failures + 1)
@@ -159,11 +173,12 @@ class BarrierLoop:
         """Replay the first planned but uncommitted epoch, if any; returns it."""
         if self.rt.catalog.uncommitted_plan() is None:
             return None
-        return self.run_epoch().epoch
+        report = self.run_epoch()
+        return report.epoch if report else None
 
-    def run_epoch(self) -> EpochReport:
+    def run_epoch(self) -> EpochReport | None:
         """Run the next epoch; an epoch that was planned but not committed (a crash, a failed
-        attempt) is replayed first, with the same plan."""
+        attempt) is replayed first, with the same plan. None: held back by a creating job."""
         with self.lock:
             t0 = time.time()
             pending = self.rt.catalog.uncommitted_plan()
@@ -174,7 +189,13 @@ class BarrierLoop:
             prev = self.rt.catalog.committed_epoch()
             e = _Epoch(next_epoch(prev), prev, {})
             dml_ids = self._plan(e)
-            self.rt.catalog.persist_plan(e.epoch, e.prev, e.plan, dml_ids)
+            jobs = self.jobs
+            if jobs is not None:
+                jobs.apply_requests()
+            with jobs.gate if jobs is not None else contextlib.nullcontext():
+                if jobs is not None and not jobs.admit():
+                    return None
+                self.rt.catalog.persist_plan(e.epoch, e.prev, e.plan, dml_ids)
             crash_point("after_plan")
             return self._execute_and_commit(e, t0)
 
@@ -230,6 +251,8 @@ class BarrierLoop:
         self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency)
         with self._committed:
             self._committed.notify_all()
+        if self.jobs is not None:
+            self.jobs.notify()
         self._forget_consumed_dml()
         report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency, step_ms)
         if self.on_epoch:
@@ -262,7 +285,7 @@ class BarrierLoop:
             intents = parts[0]
             for p in parts[1:]:
                 intents = intents.unionByName(p)
-            chunk = _with_vnode(intents, rel).toArrow()
+            chunk = with_vnode(intents, rel.schema).toArrow()
             return materialize_table(chunk, rel.schema, e.epoch,
                                      lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
         upstream = self.rt.relation(rel.definition["upstreams"][0])
@@ -272,7 +295,7 @@ class BarrierLoop:
         pf = ProjectFilter.from_json(rel.definition["project_filter"])
         up_rows = snap.read_parquet(spark, log_spark_ddl(upstream.schema),
                                     [self.rt.stored(upstream).log_file_path(e.epoch)])
-        chunk = _with_vnode(pf.apply(up_rows), rel).toArrow()
+        chunk = with_vnode(pf.apply(up_rows), rel.schema).toArrow()
         return materialize_mv(chunk, rel.schema, e.epoch)
 
     def _forget_consumed_dml(self) -> None:

@@ -10,6 +10,10 @@ is uncommitted work, redone or skipped on recovery. Tables:
 - `source_offsets(relation, split, offset)`: committed offsets, written with the epoch's commit.
 - `dml(id, relation, path, rows, epoch)`: staged DML batches; `epoch` is set when planned.
 - `pins(id, relation, epoch, holder)`: snapshots retention must keep.
+- `jobs(...)`: one row per job (a table's ingestion or an MV); a creating job's phase and progress.
+- `job_chunks(job, lo, hi, ...)`: a snapshot backfill's chunks (vnode ranges), in flight or done.
+- `job_steps(job, step, ...)`: a creating job's checkpoints: rows, lag, for progress and rates.
+- `requests(id, job, kind, value, ...)`: ALTER / CANCEL sent by another process, applied by the owner.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from sparkwave.storage.schema import Schema
 _DDL = """
 CREATE TABLE IF NOT EXISTS relations (
     name TEXT PRIMARY KEY, kind TEXT NOT NULL, schema TEXT NOT NULL, definition TEXT NOT NULL,
-    created_epoch INTEGER NOT NULL, created_at REAL NOT NULL);
+    created_epoch INTEGER NOT NULL, created_at REAL NOT NULL, state TEXT NOT NULL DEFAULT 'created');
 CREATE TABLE IF NOT EXISTS epochs (
     epoch INTEGER PRIMARY KEY, prev INTEGER NOT NULL, state TEXT NOT NULL, plan TEXT NOT NULL,
     planned_at REAL NOT NULL, committed_at REAL, rows_in INTEGER, latency_ms REAL);
@@ -51,6 +55,23 @@ CREATE TABLE IF NOT EXISTS dml (
 CREATE TABLE IF NOT EXISTS pins (
     id INTEGER PRIMARY KEY AUTOINCREMENT, relation TEXT NOT NULL, epoch INTEGER NOT NULL, holder TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, relation TEXT NOT NULL UNIQUE, strategy TEXT NOT NULL,
+    phase TEXT NOT NULL, upstream TEXT, snapshot_epoch INTEGER, consumed_epoch INTEGER,
+    allowed_lag INTEGER, next_vnode INTEGER NOT NULL DEFAULT 0, vnode_rows TEXT,
+    rows_total INTEGER NOT NULL DEFAULT 0, rows_done INTEGER NOT NULL DEFAULT 0, rate_limit INTEGER,
+    started_at REAL NOT NULL, finished_at REAL, merged_epoch INTEGER, held_back INTEGER NOT NULL DEFAULT 0,
+    error TEXT);
+CREATE TABLE IF NOT EXISTS job_chunks (
+    job INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, rows INTEGER NOT NULL,
+    state TEXT NOT NULL, attempts INTEGER NOT NULL, files TEXT, PRIMARY KEY (job, lo));
+CREATE TABLE IF NOT EXISTS job_steps (
+    job INTEGER NOT NULL, step INTEGER NOT NULL, phase TEXT NOT NULL, at REAL NOT NULL,
+    rows INTEGER NOT NULL, epochs INTEGER NOT NULL, lag_epochs INTEGER NOT NULL, lag_ms INTEGER NOT NULL,
+    allowed_lag INTEGER, PRIMARY KEY (job, step));
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job INTEGER NOT NULL, kind TEXT NOT NULL, value INTEGER,
+    requested_at REAL NOT NULL, applied_at REAL, outcome TEXT);
 """
 
 
@@ -61,10 +82,51 @@ class Relation:
     schema: Schema
     definition: dict[str, Any]
     created_epoch: int
+    state: str = "created"  # 'creating' while its job backfills, outside the main graph
 
     @property
     def upstreams(self) -> list[str]:
         return list(self.definition.get("upstreams", []))
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job's row: its phase and the progress of a creating job."""
+
+    id: int
+    relation: str
+    strategy: str
+    phase: str  # snapshot | log_store | created
+    upstream: str | None
+    snapshot_epoch: int | None
+    consumed_epoch: int | None
+    allowed_lag: int | None
+    next_vnode: int
+    vnode_rows: list[int] | None
+    rows_total: int
+    rows_done: int
+    rate_limit: int | None  # rows per second; None = unlimited, 0 = paused
+    started_at: float
+    finished_at: float | None
+    merged_epoch: int | None
+    held_back: int
+    error: str | None
+
+    @property
+    def creating(self) -> bool:
+        return self.phase != "created"
+
+
+_JOB_COLS = ("id, relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, allowed_lag, next_vnode, "
+             "vnode_rows, rows_total, rows_done, rate_limit, started_at, finished_at, merged_epoch, held_back, error")
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    job: int
+    kind: str  # rate_limit | cancel
+    value: int | None
 
 
 @dataclass(frozen=True)
@@ -134,26 +196,41 @@ class Catalog:
 
     # --- relations ------------------------------------------------------------------------------
     def relation(self, name: str) -> Relation | None:
-        row = self._one("SELECT name, kind, schema, definition, created_epoch FROM relations WHERE name = ?",
-                        (name,))
+        """A relation by name, creating or not."""
+        row = self._one(f"SELECT {_REL_COLS} FROM relations WHERE name = ?", (name,))
         return _relation(row) if row else None
 
-    def relations(self) -> list[Relation]:
-        rows = self._all("SELECT name, kind, schema, definition, created_epoch FROM relations "
-                         "ORDER BY created_epoch, created_at")
+    def relations(self, *, creating: bool = False) -> list[Relation]:
+        """The main graph's relations in creation order; with `creating`, also those still backfilling."""
+        where = "" if creating else "WHERE state = 'created'"
+        rows = self._all(f"SELECT {_REL_COLS} FROM relations {where} ORDER BY created_epoch, created_at")
         return [_relation(r) for r in rows]
 
-    def add_relation(self, db: sqlite3.Connection, rel: Relation) -> None:
+    def add_relation(self, db: sqlite3.Connection, rel: Relation, strategy: str = "-",
+                     upstream: str | None = None) -> int:
+        """Add a relation and its job; returns the job id."""
         try:
-            db.execute("INSERT INTO relations VALUES (?, ?, ?, ?, ?, ?)",
+            db.execute(f"INSERT INTO relations ({_REL_COLS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                        (rel.name, rel.kind, json.dumps(rel.schema.to_json()), json.dumps(rel.definition),
-                        rel.created_epoch, time.time()))
+                        rel.created_epoch, rel.state, time.time()))
         except sqlite3.IntegrityError:
             raise CatalogError(f"relation {rel.name!r} already exists") from None
+        phase = "created" if rel.state == "created" else "snapshot"
+        cur = db.execute("INSERT INTO jobs (relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, "
+                         "started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (rel.name, strategy, phase, upstream, rel.created_epoch, rel.created_epoch, time.time(),
+                          time.time() if phase == "created" else None))
+        return int(cur.lastrowid or 0)
 
     def remove_relation(self, db: sqlite3.Connection, name: str) -> None:
-        for table in ("relations",):
-            db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
+        job = db.execute("SELECT id FROM jobs WHERE relation = ?", (name,)).fetchone()
+        if job:
+            for table in ("job_chunks", "job_steps"):
+                db.execute(f"DELETE FROM {table} WHERE job = ?", (job[0],))
+            db.execute("DELETE FROM pins WHERE holder = ?", (f"job:{job[0]}",))
+        db.execute("DELETE FROM jobs WHERE relation = ?", (name,))
+        db.execute("DELETE FROM relations WHERE name = ?", (name,))
+        db.execute("DELETE FROM settings WHERE key = ?", (f"retained_from.{name}",))
         for table in ("log_files", "bases", "base_files", "source_offsets", "dml", "pins"):
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
 
@@ -256,20 +333,108 @@ class Catalog:
         with self.transaction() as db:
             db.executemany("DELETE FROM dml WHERE id = ?", [(i,) for i in ids])
 
-    # --- pins -----------------------------------------------------------------------------------
-    def add_pin(self, relation: str, epoch: int, holder: str) -> int:
+    # --- jobs -----------------------------------------------------------------------------------
+    def job(self, job_id: int) -> JobRow | None:
+        row = self._one(f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?", (job_id,))
+        return _job(row) if row else None
+
+    def job_of(self, relation: str) -> JobRow | None:
+        row = self._one(f"SELECT {_JOB_COLS} FROM jobs WHERE relation = ?", (relation,))
+        return _job(row) if row else None
+
+    def creating_job(self, job_id: int) -> JobRow:
+        """The job `job_id`, which must still be creating (for ALTER / CANCEL)."""
+        job = self.job(job_id)
+        if job is None or not job.creating:
+            known = ", ".join(str(j.id) for j in self.jobs() if j.creating) or "none"
+            state = (f"no job with id {job_id}" if job is None else
+                     f"job {job_id} ({job.relation}) is not creating: it finished at epoch {job.merged_epoch}")
+            raise CatalogError(f"{state} (creating jobs: {known})")
+        return job
+
+    def jobs(self) -> list[JobRow]:
+        return [_job(r) for r in self._all(f"SELECT {_JOB_COLS} FROM jobs ORDER BY id")]
+
+    def update_job(self, db: sqlite3.Connection, job_id: int, **fields: Any) -> None:
+        if "vnode_rows" in fields and fields["vnode_rows"] is not None:
+            fields["vnode_rows"] = json.dumps(fields["vnode_rows"])
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def job_steps(self, job_id: int, since: float = 0.0) -> list[tuple]:
+        """(step, phase, at, rows, epochs, lag_epochs, lag_ms, allowed_lag) oldest first."""
+        return self._all("SELECT step, phase, at, rows, epochs, lag_epochs, lag_ms, allowed_lag FROM job_steps "
+                         "WHERE job = ? AND at >= ? ORDER BY step", (job_id, since))
+
+    def add_job_step(self, db: sqlite3.Connection, job_id: int, phase: str, rows: int, epochs: int,
+                     lag_epochs: int, lag_ms: int, allowed_lag: int | None) -> None:
+        row = db.execute("SELECT coalesce(max(step), 0) FROM job_steps WHERE job = ?", (job_id,)).fetchone()
+        db.execute("INSERT INTO job_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (job_id, row[0] + 1, phase, time.time(), rows, epochs, lag_epochs, lag_ms, allowed_lag))
+
+    def job_chunks(self, job_id: int) -> list[tuple[int, int, int, str, int, list[str]]]:
+        """(lo, hi, rows, state, attempts, files) by vnode."""
+        return [(lo, hi, n, st, a, json.loads(f) if f else []) for lo, hi, n, st, a, f in self._all(
+            "SELECT lo, hi, rows, state, attempts, files FROM job_chunks WHERE job = ? ORDER BY lo", (job_id,))]
+
+    def epochs_between(self, after: int, upto: int | None = None) -> list[int]:
+        """Planned or committed epochs in `(after, upto]` (upto: unbounded if None)."""
+        if upto is None:
+            return [r[0] for r in self._all("SELECT epoch FROM epochs WHERE epoch > ? ORDER BY epoch", (after,))]
+        return [r[0] for r in self._all("SELECT epoch FROM epochs WHERE epoch > ? AND epoch <= ? ORDER BY epoch",
+                                        (after, upto))]
+
+    def log_file_rows(self, relation: str, after: int, upto: int) -> list[tuple[int, int]]:
+        """(epoch, rows) of the log files of epochs in `(after, upto]`."""
+        return self._all("SELECT epoch, rows FROM log_files WHERE relation = ? AND epoch > ? AND epoch <= ? "
+                         "ORDER BY epoch", (relation, after, upto))
+
+    def add_request(self, job_id: int, kind: str, value: int | None) -> int:
         with self.transaction() as db:
-            return int(db.execute("INSERT INTO pins (relation, epoch, holder) VALUES (?, ?, ?)",
-                                  (relation, epoch, holder)).lastrowid or 0)
+            return int(db.execute("INSERT INTO requests (job, kind, value, requested_at) VALUES (?, ?, ?, ?)",
+                                  (job_id, kind, value, time.time())).lastrowid or 0)
+
+    def pending_requests(self) -> list[Request]:
+        return [Request(*r) for r in self._all("SELECT id, job, kind, value FROM requests WHERE applied_at IS NULL "
+                                               "ORDER BY id")]
+
+    def request_outcome(self, request_id: int) -> str | None:
+        row = self._one("SELECT outcome FROM requests WHERE id = ? AND applied_at IS NOT NULL", (request_id,))
+        return row[0] if row else None
+
+    def finish_request(self, request_id: int, outcome: str) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE requests SET applied_at = ?, outcome = ? WHERE id = ?",
+                       (time.time(), outcome, request_id))
+
+    # --- pins -----------------------------------------------------------------------------------
+    def add_pin(self, relation: str, epoch: int, holder: str, db: sqlite3.Connection | None = None) -> None:
+        if db is None:
+            with self.transaction() as db:
+                self.add_pin(relation, epoch, holder, db)
+            return
+        db.execute("INSERT INTO pins (relation, epoch, holder) VALUES (?, ?, ?)", (relation, epoch, holder))
 
     def remove_pins(self, holder: str) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM pins WHERE holder = ?", (holder,))
+
+    def move_pin(self, db: sqlite3.Connection, holder: str, epoch: int) -> None:
+        db.execute("UPDATE pins SET epoch = ? WHERE holder = ?", (epoch, holder))
 
     def min_pin(self, relation: str) -> int | None:
         row = self._one("SELECT min(epoch) FROM pins WHERE relation = ?", (relation,))
         return row[0] if row and row[0] is not None else None
 
 
+_REL_COLS = "name, kind, schema, definition, created_epoch, state"
+
+
 def _relation(row: tuple) -> Relation:
-    return Relation(row[0], row[1], Schema.from_json(json.loads(row[2])), json.loads(row[3]), row[4])
+    return Relation(row[0], row[1], Schema.from_json(json.loads(row[2])), json.loads(row[3]), row[4], row[5])
+
+
+def _job(row: tuple) -> JobRow:
+    vals = list(row)
+    vals[9] = json.loads(vals[9]) if vals[9] else None
+    return JobRow(*vals)

@@ -29,28 +29,42 @@ class BaseFiles:
     rows: list[int]
 
 
-def write_base(rt: Runtime, rel: Relation, df: DataFrame, epoch: int, *, crash_name: str = "mid_compaction",
-               record: bool = True) -> BaseFiles:
-    """Write `df` (`| _vnode | columns |`) as `rel`'s base as of `epoch`. With `record`, the catalog
-    records it; otherwise the caller records it in its own transaction (a new MV's)."""
+ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode range skips the others
+
+
+def write_base_files(rt: Runtime, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
+                     repartition: bool = True) -> tuple[list[str], list[int]]:
+    """Write `df` (`| _vnode | columns |`) sorted by (vnode, key) into `base/` as `<prefix><i>.parquet`,
+    through a staging folder, so that a crash leaves either no file or whole files. The files
+    are not part of any base until committed."""
     stored = rt.stored(rel)
     stored.create()
-    staging = stored.base_path / f"_staging_c{epoch}"
+    staging = stored.base_path / staging_name
     shutil.rmtree(staging, ignore_errors=True)
-    cols = ["_vnode", *[f"`{n}`" for n in rel.schema.names]]
-    (df.select(*cols).repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
-       .sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
-       .write.mode("overwrite").parquet(str(staging)))
+    out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
+    if repartition:
+        out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
+    (out.sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
+        .write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(str(staging)))
     files, rows = [], []
     for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
         n = pq.ParquetFile(staging / name).metadata.num_rows
         if n == 0:
             continue
-        dest = stored.base_path / f"{stored.base_file_prefix(epoch)}{i}.parquet"
+        dest = stored.base_path / f"{prefix}{i}.parquet"
         os.replace(staging / name, dest)
         files.append(str(dest))
         rows.append(n)
     shutil.rmtree(staging, ignore_errors=True)
+    return files, rows
+
+
+def write_base(rt: Runtime, rel: Relation, df: DataFrame, epoch: int, *, crash_name: str = "mid_compaction",
+               record: bool = True) -> BaseFiles:
+    """Write `df` (`| _vnode | columns |`) as `rel`'s base as of `epoch`. With `record`, the catalog
+    records it; otherwise the caller records it in its own transaction (a new MV's)."""
+    stored = rt.stored(rel)
+    files, rows = write_base_files(rt, rel, df, f"_staging_c{epoch}", stored.base_file_prefix(epoch))
     crash_point(crash_name)
     version = stored.commit_base(epoch, files, rows)
     crash_point(crash_name + "_after_delta")

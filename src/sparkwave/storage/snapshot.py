@@ -6,12 +6,15 @@ files hold which epoch comes from the catalog, so no Delta log is scanned on the
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from sparkwave.meta.catalog import Catalog
 from sparkwave.storage.schema import Schema
-from sparkwave.storage.table import base_spark_ddl, log_spark_ddl
+from sparkwave.storage.table import VNODES, base_spark_ddl, log_spark_ddl
 from sparkwave.stream.chunk import Op
 
 
@@ -27,15 +30,18 @@ def changes(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, af
     return read_parquet(spark, log_spark_ddl(schema), files)
 
 
-def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, epoch: int) -> DataFrame:
-    """The rows `| _vnode | columns |` of `name` as of `epoch` (the caller checks retention)."""
+def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, epoch: int,
+             vnodes: tuple[int, int] | None = None) -> DataFrame:
+    """The rows `| _vnode | columns |` of `name` as of `epoch` (the caller checks retention); with
+    `vnodes = (lo, hi)` only those of vnodes in `[lo, hi)`: a backfill chunk. The filter reaches
+    the Parquet scans, so base row groups outside the range are skipped."""
     base = catalog.base_at(name, epoch)
     c = base.epoch if base else 0
-    state = read_parquet(spark, base_spark_ddl(schema), base.files if base else [])
+    state = _in_range(read_parquet(spark, base_spark_ddl(schema), base.files if base else []), vnodes)
     log_files = [p for _, p in catalog.log_files(name, c, epoch)]
     if not log_files:
         return state
-    log = read_parquet(spark, log_spark_ddl(schema), log_files)
+    log = _in_range(read_parquet(spark, log_spark_ddl(schema), log_files), vnodes)
     cols = ["_vnode", *[f"`{n}`" for n in schema.names]]
     if schema.append_only:
         return state.unionByName(log.where(F.col("_op") == int(Op.INSERT)).select(*cols))
@@ -45,3 +51,28 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     kept = state.join(latest.select(*key), list(schema.key), "left_anti")
     live = latest.where(F.col("_op").isin(int(Op.INSERT), int(Op.UPDATE_INSERT))).select(*cols)
     return kept.select(*cols).unionByName(live)
+
+
+def _in_range(df: DataFrame, vnodes: tuple[int, int] | None) -> DataFrame:
+    if vnodes is None:
+        return df
+    lo, hi = vnodes
+    return df.where((F.col("_vnode") >= F.lit(lo).cast("smallint")) & (F.col("_vnode") < F.lit(hi).cast("smallint")))
+
+
+def vnode_rows(catalog: Catalog, name: str, schema: Schema, epoch: int) -> list[int]:
+    """The snapshot's row count per vnode, exactly, without Spark: the base's `_vnode` column plus,
+    per log row of `(c, epoch]`, +1 for an insert and -1 for a delete (an update nets to zero)."""
+    counts = np.zeros(VNODES, dtype=np.int64)
+    base = catalog.base_at(name, epoch)
+    for f in base.files if base else []:
+        v = pq.read_table(f, columns=["_vnode"])["_vnode"].to_numpy()
+        counts += np.bincount(v.astype(np.int64), minlength=VNODES)
+    for _, f in catalog.log_files(name, base.epoch if base else 0, epoch):
+        t = pq.read_table(f, columns=["_op", "_vnode"])
+        v = t["_vnode"].to_numpy().astype(np.int64)
+        op = t["_op"]
+        counts += np.bincount(v[pc.equal(op, int(Op.INSERT)).to_numpy(zero_copy_only=False)], minlength=VNODES)
+        if not schema.append_only:
+            counts -= np.bincount(v[pc.equal(op, int(Op.DELETE)).to_numpy(zero_copy_only=False)], minlength=VNODES)
+    return [int(x) for x in counts]

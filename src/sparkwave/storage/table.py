@@ -106,6 +106,28 @@ class StoredTable:
                                stats=[{"minValues": {"_epoch": epoch}, "maxValues": {"_epoch": epoch}}])
         return path, rows, self.log.version()
 
+    def commit_log_batch(self, epochs: list[int], through: int) -> tuple[list[tuple[int, str, int]], int]:
+        """Commit the staged files of `epochs` as one Delta version tagged `through` (a creating
+        job's checkpoint covers several upstream epochs). Returns ((epoch, path, rows), version);
+        nothing is committed again if the log already holds `through`."""
+        done = self.staged_logs(epochs)
+        self.log.update_incremental()
+        if done and not self.log_committed(through):
+            self._commit_files(self.log, [p for _, p, _ in done], [n for *_, n in done], mode="append",
+                               schema=log_arrow_schema(self.schema), app=APP_ID, version=through,
+                               stats=[{"minValues": {"_epoch": e}, "maxValues": {"_epoch": e}} for e, *_ in done])
+        return done, self.log.version()
+
+    def staged_logs(self, epochs: list[int]) -> list[tuple[int, str, int]]:
+        """(epoch, path, rows) of the log files that exist among `epochs`."""
+        paths = [(e, self.log_file_path(e)) for e in epochs]
+        return [(e, p, pq.ParquetFile(p).metadata.num_rows) for e, p in paths if os.path.exists(p)]
+
+    def log_txn(self) -> int | None:
+        """The newest epoch whose log commit Delta holds."""
+        self.log.update_incremental()
+        return self.log.transaction_version(APP_ID)
+
     def read_log_epoch(self, epoch: int) -> pa.Table:
         return pq.read_table(self.log_file_path(epoch), schema=log_arrow_schema(self.schema))
 

@@ -14,8 +14,10 @@ from enum import IntEnum
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkwave.storage.schema import Schema
 from sparkwave.storage.table import VNODES
 
 
@@ -30,6 +32,13 @@ class Op(IntEnum):
 def vnode(key: list[str]) -> SparkColumn:
     """The key's vnode: a stable hash bucket in [0, VNODES)."""
     return F.pmod(F.xxhash64(*[F.col(f"`{k}`") for k in key]), F.lit(VNODES)).cast("smallint")
+
+
+def with_vnode(chunk: DataFrame, schema: Schema, keep: tuple[str, ...] = ()) -> DataFrame:
+    """The chunk's columns in stored order and types, with each row's vnode (and `keep`)."""
+    return chunk.select(F.col("_op").cast("tinyint").alias("_op"), F.col("_seq").cast("bigint").alias("_seq"),
+                        *keep, vnode(list(schema.key)).alias("_vnode"),
+                        *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
 
 
 def first_last(chunk: pa.Table, key: list[str], order: list[str]) -> tuple[pa.Table, pa.Table]:

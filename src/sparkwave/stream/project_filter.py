@@ -15,10 +15,11 @@ class ProjectFilter:
     outputs: tuple[tuple[str, str], ...]  # (column name, Spark SQL expression)
     predicate: str | None
 
-    def apply(self, chunk: DataFrame) -> DataFrame:
+    def apply(self, chunk: DataFrame, keep: tuple[str, ...] = ()) -> DataFrame:
+        """`keep`: system columns carried through as well (a backfill keeps `_epoch`)."""
         if self.predicate:
             chunk = chunk.where(self.predicate)
-        return chunk.selectExpr("_op", "_seq", *[f"{expr} AS `{name}`" for name, expr in self.outputs])
+        return chunk.selectExpr("_op", "_seq", *keep, *[f"{expr} AS `{name}`" for name, expr in self.outputs])
 
     def to_json(self) -> dict:
         return {"outputs": [list(o) for o in self.outputs], "predicate": self.predicate}

@@ -1,0 +1,228 @@
+"""Creating jobs: one worker thread each, their control (rate limit, cancel, wait) and the main
+graph's side of the lag rule (`admit`).
+
+A worker runs its job's checkpoints back to back (or paced by its rate limit), in the Spark
+scheduler pool `backfill` under its own job group, so that cancelling interrupts its Spark work.
+Requests from another process (ALTER ... SET BACKFILL_RATE_LIMIT, CANCEL JOBS) arrive through
+the catalog and are applied by the barrier loop before its next barrier."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from sparkwave.errors import CatalogError, PipelineError
+from sparkwave.meta.catalog import JobRow, Relation
+from sparkwave.meta.creating_job import SnapshotBackfill, lag_of
+from sparkwave.meta.runtime import Runtime
+
+log = logging.getLogger("sparkwave.jobs")
+FOREGROUND_FAILURES = 3  # a foreground CREATE gives up (and cancels its job) after this many failed checkpoints
+BACKFILL_POOL = "backfill"
+
+
+class _Worker:
+    def __init__(self, manager: CreatingJobs, job_id: int, chunk_rows: int) -> None:
+        self.manager = manager
+        self.job_id = job_id
+        self.stop = threading.Event()
+        self.cancelled = False
+        self.failures = 0
+        self.backfill = SnapshotBackfill(manager.rt, job_id, manager.gate, manager.loop_lock, chunk_rows, self.stop)
+        self.thread = threading.Thread(target=self._run, name=f"sparkwave-job-{job_id}", daemon=True)
+
+    @property
+    def group(self) -> str:
+        return f"sparkwave-job-{self.job_id}"
+
+    def interrupt(self) -> None:
+        self.stop.set()
+        self.manager.rt.spark.sparkContext.cancelJobGroup(self.group)
+        self.manager.notify()
+
+    def _run(self) -> None:
+        sc = self.manager.rt.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", BACKFILL_POOL)
+        sc.setJobGroup(self.group, f"sparkwave creating job {self.job_id}", interruptOnCancel=True)
+        while not self.stop.is_set():
+            generation = self.manager.generation
+            try:
+                step = self.backfill.step()
+                self.failures = 0
+            except Exception as e:  # a failed checkpoint is redone from committed progress
+                if self.stop.is_set():
+                    break
+                self.failures += 1
+                log.exception("creating job %d: checkpoint failed (attempt %d)", self.job_id, self.failures)
+                self.manager.record_error(self.job_id, e)
+                self.manager.wait(generation, min(30.0, 0.5 * 2 ** self.failures))
+                continue
+            self.manager.notify()
+            if step.merged:
+                break
+            if step.wait is None or step.wait > 0:
+                self.manager.wait(generation, step.wait)
+        if self.cancelled:
+            self.manager.remove(self.job_id)
+
+
+class CreatingJobs:
+    def __init__(self, rt: Runtime, loop_lock: threading.RLock, nudge: Callable[[], None]) -> None:
+        self.rt = rt
+        self.loop_lock = loop_lock
+        self.gate = threading.Lock()  # serialises job checkpoints with the main graph's planning
+        self._nudge = nudge
+        self._cond = threading.Condition()
+        self.generation = 0
+        self._workers: dict[int, _Worker] = {}
+        self._held: dict[int, int] = {}  # job -> the committed epoch it last held the main graph at
+        self.chunk_rows = 1_000_000
+        self.chunk_hook: Callable[[int, int], None] | None = None  # tests: a slow snapshot read
+
+    # --- signalling ----------------------------------------------------------------------------
+    def notify(self) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+        self._nudge()
+
+    def wait(self, generation: int, timeout: float | None) -> None:
+        """Until something happened since `generation` (a checkpoint, a commit, a control change)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.generation != generation, timeout=5.0 if timeout is None else timeout)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self, job_id: int) -> None:
+        worker = _Worker(self, job_id, self.chunk_rows)
+        worker.backfill.chunk_hook = self.chunk_hook
+        self._workers[job_id] = worker
+        worker.thread.start()
+
+    def resume_all(self) -> None:
+        """After a restart: drop what in-flight checkpoints left behind, then carry on."""
+        for job in self.rt.catalog.jobs():
+            if not job.creating:
+                continue
+            rel = self.rt.catalog.relation(job.relation)
+            if rel is None:
+                continue
+            stored = self.rt.stored(rel)
+            stored.create()
+            if job.phase == "snapshot":
+                kept = {f for *_, files in self.rt.catalog.job_chunks(job.id) for f in files}
+                for p in stored.base_path.iterdir():
+                    if p.name.startswith("_backfill_") or (p.suffix == ".parquet" and str(p) not in kept):
+                        self.rt.warehouse.remove_file(p)
+            self.start(job.id)
+
+    def stop(self) -> None:
+        workers = list(self._workers.values())
+        for w in workers:
+            w.interrupt()
+        for w in workers:
+            w.thread.join()
+        self._workers.clear()
+
+    def register(self, db, rel: Relation, upstream: str) -> int:  # type: ignore[no-untyped-def]
+        """Add a creating MV and its job in the caller's transaction, pinning the upstream's
+        snapshot epoch `S` (= `rel.created_epoch`)."""
+        job_id = self.rt.catalog.add_relation(db, rel, "snapshot", upstream)
+        self.rt.catalog.add_pin(upstream, rel.created_epoch, f"job:{job_id}", db)
+        return job_id
+
+    def remove(self, job_id: int) -> None:
+        """A cancelled job's partial table, progress and pins go; the main graph never saw it."""
+        job = self.rt.catalog.job(job_id)
+        if job is None:
+            return
+        with self.rt.catalog.transaction() as db:
+            self.rt.catalog.remove_relation(db, job.relation)
+        self.rt.forget(job.relation)
+        self.rt.warehouse.remove_tree(self.rt.warehouse.relation_dir(job.relation))
+        self._workers.pop(job_id, None)
+        self.notify()
+
+    # --- control -------------------------------------------------------------------------------
+    def creating_job(self, job_id: int) -> JobRow:
+        return self.rt.catalog.creating_job(job_id)
+
+    def set_rate_limit(self, job_id: int, limit: int | None) -> None:
+        job = self.creating_job(job_id)
+        fields: dict = {"rate_limit": limit}
+        if job.rate_limit == 0 and limit != 0 and job.phase == "log_store" and job.consumed_epoch is not None:
+            fields["allowed_lag"] = lag_of(self.rt, job.consumed_epoch)[0]  # the lag rule restarts on resume
+        with self.gate, self.rt.catalog.transaction() as db:
+            self.rt.catalog.update_job(db, job_id, **fields)
+        self.notify()
+
+    def cancel(self, job_id: int, *, wait: bool = True) -> None:
+        self.creating_job(job_id)
+        worker = self._workers.get(job_id)
+        if worker is None or not worker.thread.is_alive():
+            self.remove(job_id)
+            return
+        worker.cancelled = True
+        worker.interrupt()
+        if wait:
+            worker.thread.join()
+
+    def apply_requests(self) -> None:
+        """Requests from other processes, applied before a barrier."""
+        for r in self.rt.catalog.pending_requests():
+            try:
+                if r.kind == "rate_limit":
+                    self.set_rate_limit(r.job, r.value)
+                    outcome = "applied"
+                else:
+                    self.cancel(r.job, wait=False)
+                    outcome = "cancelling"
+            except CatalogError as e:
+                outcome = f"error: {e}"
+            self.rt.catalog.finish_request(r.id, outcome)
+
+    def record_error(self, job_id: int, e: Exception) -> None:
+        with self.rt.catalog.transaction() as db:
+            self.rt.catalog.update_job(db, job_id, error=f"{type(e).__name__}: {str(e).strip()[:500]}")
+
+    def failures(self, job_id: int) -> int:
+        w = self._workers.get(job_id)
+        return w.failures if w else 0
+
+    def wait_created(self, job_ids: list[int] | None = None, on_progress: Callable[[], None] | None = None,
+                     give_up_after: int | None = None) -> None:
+        """Until the jobs (default: every creating job) have merged."""
+        while True:
+            generation = self.generation
+            jobs = {j.id: j for j in self.rt.catalog.jobs()}
+            ids = [j.id for j in jobs.values() if j.creating] if job_ids is None else job_ids
+            for i in ids:
+                if i not in jobs:
+                    raise PipelineError(f"creating job {i} was cancelled")
+                if give_up_after and self.failures(i) >= give_up_after:
+                    error = jobs[i].error
+                    self.cancel(i)
+                    raise PipelineError(f"creating job {i} ({jobs[i].relation}) failed {give_up_after} times and "
+                                        f"was cancelled: {error}")
+            if on_progress:
+                on_progress()
+            if all(not jobs[i].creating for i in ids):
+                return
+            self.wait(generation, 0.5)
+
+    # --- the main graph's side of the lag rule -----------------------------------------------------
+    def admit(self) -> bool:
+        """May the main graph plan another epoch? Called with `gate` held (see creating_job)."""
+        committed = self.rt.catalog.committed_epoch()
+        for job in self.rt.catalog.jobs():
+            if (job.phase != "log_store" or job.rate_limit == 0 or job.allowed_lag is None
+                    or job.consumed_epoch is None or self.failures(job.id) > 0 or job.id not in self._workers):
+                continue
+            lag, _ = lag_of(self.rt, job.consumed_epoch)
+            if lag >= job.allowed_lag:
+                if self._held.get(job.id) != committed:
+                    self._held[job.id] = committed
+                    with self.rt.catalog.transaction() as db:
+                        db.execute("UPDATE jobs SET held_back = held_back + 1 WHERE id = ?", (job.id,))
+                return False
+        return True

@@ -1,0 +1,79 @@
+"""Jobs as users see them: phase, rows done of total, recent rows/s, ETA, lag. Computed from the
+catalog alone, so another process (`sparkwave jobs --watch`) sees the same as the owner."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sparkwave.meta.catalog import Catalog, JobRow
+from sparkwave.meta.epoch import epoch_ms
+
+RATE_WINDOW_S = 10.0  # rows/s is measured over the checkpoints of this recent window
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: int
+    name: str
+    kind: str  # 'table' | 'materialized view'
+    strategy: str  # 'snapshot' | 'blocking' | '-' (tables)
+    phase: str  # 'snapshot' | 'log store' | 'merging' | 'created'
+    rows_done: int  # snapshot rows read
+    rows_total: int
+    percent: float
+    rows_per_second: float  # recent, over the last RATE_WINDOW_S
+    eta_seconds: float | None
+    lag_epochs: int  # main-graph epochs not yet consumed
+    lag_seconds: float
+    rate_limit: int | None  # rows/s; None = unlimited, 0 = paused
+    started_at: datetime
+    created_epoch: int  # the epoch the relation is readable from
+    merged_epoch: int | None  # the epoch a creating job joined the main graph at
+    held_back: int  # main-graph epochs this job delayed under the lag rule
+    error: str | None  # the last failed checkpoint's error, while it is being retried
+
+    @property
+    def creating(self) -> bool:
+        return self.phase != "created"
+
+
+def job_infos(catalog: Catalog, now: float | None = None) -> list[JobInfo]:
+    now = time.time() if now is None else now
+    rels = {r.name: r for r in catalog.relations(creating=True)}
+    out = []
+    for job in catalog.jobs():
+        rel = rels.get(job.relation)
+        if rel is None:
+            continue
+        out.append(_info(catalog, job, rel.kind, rel.created_epoch, now))
+    return out
+
+
+def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: float) -> JobInfo:
+    lag = lag_ms = 0
+    if job.creating and job.consumed_epoch is not None:
+        pending = catalog.committed_epochs(since=job.consumed_epoch + 1)
+        lag = len(pending)
+        lag_ms = max(0, epoch_ms(pending[-1]) - epoch_ms(job.consumed_epoch)) if pending else 0
+    rate = eta = None
+    if job.creating:
+        since = max(job.started_at, now - RATE_WINDOW_S)
+        steps = catalog.job_steps(job.id, since)
+        span = max(1e-3, now - since)
+        rate = sum(s[3] for s in steps) / span
+        if job.phase == "snapshot" and rate > 0:
+            eta = (job.rows_total - job.rows_done) / rate
+        elif job.phase == "log_store":
+            epochs_per_s = sum(s[4] for s in steps) / span
+            eta = lag / epochs_per_s if epochs_per_s > 0 else (0.0 if lag == 0 else None)
+    phase = {"snapshot": "snapshot", "log_store": "merging" if lag == 0 else "log store"}.get(job.phase, job.phase)
+    total = job.rows_total
+    percent = 100.0 if not job.creating or job.phase != "snapshot" else (
+        100.0 * job.rows_done / total if total else 0.0)
+    return JobInfo(job.id, job.relation, "table" if kind == "table" else "materialized view", job.strategy, phase,
+                   job.rows_done, total, round(percent, 1), round(rate or 0.0, 1),
+                   None if eta is None else round(eta, 1), lag, lag_ms / 1000, job.rate_limit,
+                   datetime.fromtimestamp(job.started_at, tz=UTC), created_epoch, job.merged_epoch, job.held_back,
+                   job.error)
