@@ -29,9 +29,9 @@ POINTS = [
 ]
 
 
-def run_child(warehouse: Path, progress: Path, crash_at: str) -> int:
+def run_child(warehouse: Path, progress: Path, crash_at: str, module: str = "tests.crash_child") -> int:
     env = {**os.environ, "SPARKWAVE_CRASH_AT": crash_at}
-    proc = subprocess.run([sys.executable, "-m", "tests.crash_child", str(warehouse), str(progress)],
+    proc = subprocess.run([sys.executable, "-m", module, str(warehouse), str(progress)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, f"child was not killed at {crash_at}: rc={proc.returncode}\n" \
                                                f"{proc.stderr[-3000:]}"

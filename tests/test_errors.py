@@ -51,6 +51,16 @@ def still_usable(s) -> None:
     ("DROP MATERIALIZED VIEW nope", CatalogError, ["nope"]),
     ("SET nope = 1", SqlError, ["unknown setting", "nope"]),
     ("CREATE MATERIALIZED VIEW x WITH (backfill_strategy = 'magic') AS SELECT k FROM t", SqlError, ["magic"]),
+    ("SET backfill_strategy = 'magic'", SqlError, ["unknown backfill strategy", "magic", "snapshot"]),
+    ("ALTER MATERIALIZED VIEW nope SET BACKFILL_RATE_LIMIT = 5", CatalogError, ["nope"]),
+    ("ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = 5", CatalogError, ["'m'", "not being created"]),
+    ("ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = -3", SqlError, ["non-negative", "-3"]),
+    ("SET backfill_rate_limit = -1", SqlError, ["non-negative", "-1"]),
+    ("ALTER MATERIALIZED VIEW m SET PARALLELISM = 4", SqlError, ["PARALLELISM", "BACKFILL_RATE_LIMIT"]),
+    ("CANCEL JOBS 99", CatalogError, ["no job with id 99"]),
+    ("CANCEL JOBS 2", CatalogError, ["job 2", "not creating"]),
+    ("CANCEL JOBS abc", SqlError, ["job ids"]),
+    ("SET background_ddl = maybe", SqlError, ["true or false"]),
     ("CREATE TABLE d (id int) WITH (connector = 'kafkaa')", SqlError, ["unknown connector", "kafkaa"]),
     ("CREATE TABLE d (id int) WITH (connector = 'datagen', fields.x.kind = 'random')", SqlError, ["unknown column"]),
     ("CREATE TABLE d (id int) WITH (connector = 'nexmark', nexmark.table.type = 'bid')", SqlError, ["id", "bid"]),
@@ -94,3 +104,21 @@ def test_dml_on_append_only_table_is_refused(session):
         session.sql("DELETE FROM a WHERE x = 1")
     with pytest.raises(SqlError, match="append-only"):
         session.sql("UPDATE a SET x = 2")
+
+
+def test_creating_jobs_refuse_what_they_cannot_do_and_leave_data_intact(loaded):
+    s = loaded
+    s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
+    s.sql("CREATE MATERIALIZED VIEW c AS SELECT k, u FROM m")
+    with pytest.raises(CatalogError, match="'c' is itself still being created"):
+        s.sql("CREATE MATERIALIZED VIEW d AS SELECT k FROM c")
+    with pytest.raises(CatalogError, match="still being created"):
+        s.sql("SELECT * FROM c")
+    with pytest.raises(CatalogError, match=r"view\(s\) c depend on it"):
+        s.sql("DROP MATERIALIZED VIEW m")
+    with pytest.raises(CatalogError, match="no job with id 42"):
+        s.sql(f"CANCEL JOBS {s.catalog.job_of('c').id}, 42")
+    assert s.catalog.job_of("c").creating  # a statement with a bad id cancels nothing
+    s.sql("DROP MATERIALIZED VIEW c")  # dropping a creating job cancels it
+    assert s.catalog.relation("c") is None and not s.warehouse.relation_dir("c").exists()
+    still_usable(s)

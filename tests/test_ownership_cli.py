@@ -60,3 +60,39 @@ def test_cli_sql_runs_statements_and_prints_query_results(tmp_path):
     assert r.returncode == 0 and "world" in r.stdout and "hello" not in r.stdout, r.stdout + r.stderr
     r = cli("sql", "--warehouse", wh, "-e", "SELECT nope FROM t")
     assert r.returncode == 1 and "error" in r.stdout.lower()
+
+
+def test_control_statements_from_another_process_reach_the_owner(spark, tmp_path):
+    wh = tmp_path / "wh"
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.sql("CREATE TABLE t (k int, PRIMARY KEY (k)); INSERT INTO t VALUES (1), (2), (3)")
+        s.flush()
+        s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
+        s.sql("CREATE MATERIALIZED VIEW m AS SELECT k FROM t; CREATE MATERIALIZED VIEW n AS SELECT k FROM t WHERE k > 1")
+        m_id, n_id = s.catalog.job_of("m").id, s.catalog.job_of("n").id
+
+        jobs = cli("jobs", "--warehouse", str(wh))  # progress from another process
+        assert jobs.returncode == 0 and " m " in jobs.stdout and "snapshot" in jobs.stdout, jobs.stdout
+        other = cli("sql", "--warehouse", str(wh), "-e", "INSERT INTO t VALUES (9)")
+        assert other.returncode == 1 and "owned by" in other.stdout, other.stdout
+        bad = cli("sql", "--warehouse", str(wh), "-e", "ALTER MATERIALIZED VIEW nope SET BACKFILL_RATE_LIMIT = 1")
+        assert bad.returncode == 1 and "nope" in bad.stdout, bad.stdout
+
+        def through_owner(sql: str) -> str:
+            proc = subprocess.Popen([sys.executable, "-m", "sparkwave.cli.main", "sql", "--warehouse", str(wh),
+                                     "-e", sql], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            while proc.poll() is None:
+                s.flush()  # the owner applies queued requests at its barriers
+            out, err = proc.communicate()
+            assert proc.returncode == 0, out + err
+            return out
+
+        assert "taken by the owner: applied" in through_owner(
+            "ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = DEFAULT")
+        s.creating.wait_created([m_id])
+        assert s.table("m").count() == 3
+        assert s.catalog.job(n_id).rate_limit == 0  # still paused
+        assert "cancelling" in through_owner(f"CANCEL JOBS {n_id}")
+        s.sql("WAIT")  # returns once the cancelled job has cleaned up
+        assert s.catalog.relation("n") is None and s.catalog.job(n_id) is None
+        assert [j.name for j in s.jobs()] == ["t", "m"]

@@ -82,7 +82,7 @@ def _send_requests(console: Console, warehouse: str, text: str, not_owner: Excep
             console.print(f"[bold red]request {request_id} failed:[/] {outcome}", highlight=False)
             return 1
         else:
-            console.print(f"request {request_id} {outcome} by the owner", highlight=False)
+            console.print(f"request {request_id} taken by the owner: {outcome}", highlight=False)
     return 0
 
 
