@@ -63,7 +63,7 @@ def test_backfill_resumes_after_sigkill_and_equals_the_oracle(spark, tmp_path, c
         assert [(lo, hi) for lo, hi, *_ in chunks] == sorted((lo, hi) for lo, hi, *_ in chunks)
         assert chunks[-1][1] == 256 and all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))
         reread = sum(attempts - 1 for *_, attempts, _ in chunks)
-        assert reread <= 1, f"re-read {reread} chunks; only the one in flight may be re-read ({before})"
+        assert reread <= 1, f"re-read {reread} chunks; only the one in flight may be re-read: {chunks}"
         assert sum(job.vnode_rows or []) == job.rows_total == job.rows_done
 
         # every committed epoch the MV is readable at equals its query on t as of then

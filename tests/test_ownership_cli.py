@@ -68,7 +68,8 @@ def test_control_statements_from_another_process_reach_the_owner(spark, tmp_path
         s.sql("CREATE TABLE t (k int, PRIMARY KEY (k)); INSERT INTO t VALUES (1), (2), (3)")
         s.flush()
         s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
-        s.sql("CREATE MATERIALIZED VIEW m AS SELECT k FROM t; CREATE MATERIALIZED VIEW n AS SELECT k FROM t WHERE k > 1")
+        s.sql("CREATE MATERIALIZED VIEW m AS SELECT k FROM t; "
+              "CREATE MATERIALIZED VIEW n AS SELECT k FROM t WHERE k > 1")
         m_id, n_id = s.catalog.job_of("m").id, s.catalog.job_of("n").id
 
         jobs = cli("jobs", "--warehouse", str(wh))  # progress from another process
