@@ -65,13 +65,13 @@ def check(session: sparkwave.Session, model: Model, epoch: int, names: list[str]
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=4), min_size=2, max_size=5),
-       late=st.integers(0, 4), compact_at=st.integers(0, 6))
-def test_mvs_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, compact_at):
+       late=st.integers(0, 4), compact_at=st.integers(0, 6), strategy=st.sampled_from(["snapshot", "blocking"]))
+def test_mvs_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, compact_at, strategy):
     model = Model()
     model.table("t1", "k INTEGER, a INTEGER, b VARCHAR", ["k", "a", "b"], ["k"])
     model.table("t2", "a INTEGER, b VARCHAR", ["a", "b"], [])
     model.table("t3", "id INTEGER, d DOUBLE, c DECIMAL(10, 2)", ["id", "d", "c"], [], row_id=True)
-    late_mv = MVS[2]  # created mid-stream: a blocking backfill over existing data
+    late_mv = MVS[2]  # created mid-stream: a backfill over existing data, of either strategy
     with sparkwave.connect(tmp_path_factory.mktemp("wh"), spark=spark, barrier_interval_ms=3_600_000) as s:
         s.sql(";".join([T1, T2, T3]))
         created = []
@@ -83,7 +83,7 @@ def test_mvs_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, 
         committed = []
         for i, batch in enumerate(epochs):
             if i == late:
-                s.sql(f"CREATE MATERIALIZED VIEW {late_mv[0]} AS {late_mv[1]}")
+                s.sql(f"CREATE MATERIALIZED VIEW {late_mv[0]} WITH (backfill_strategy = '{strategy}') AS {late_mv[1]}")
                 model.view(*late_mv)
                 created.append(late_mv[0])
                 check(s, model, s.committed_epoch, created)

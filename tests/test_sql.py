@@ -20,7 +20,7 @@ def test_show_describe_drop_and_select(session):
     assert sorted(rows_of(session.sql("SHOW TABLES"))) == [("t",)]
     assert sorted(r[0] for r in rows_of(session.sql("SHOW MATERIALIZED VIEWS"))) == ["m", "mm"]
     jobs = {r[1]: r for r in rows_of(session.sql("SHOW JOBS"))}
-    assert jobs["m"][3] == "blocking" and jobs["t"][2] == "table"
+    assert jobs["m"][3] == "snapshot" and jobs["m"][4] == "created" and jobs["t"][2] == "table"
     # m does not select t's key k: it is kept as a hidden key column; mm's `*` sees only g and v10
     assert rows_of(session.sql("DESCRIBE m")) == [("g", "varchar", False, False), ("v10", "double", False, False),
                                                   ("k", "int", True, True)]

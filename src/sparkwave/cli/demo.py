@@ -39,13 +39,19 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
                   f"{seconds:.0f} s (Ctrl-C stops it cleanly)")
     console.print("starting Spark (local) ...")
 
+    session: list[sparkwave.Session] = []
+
     def on_epoch(r: EpochReport) -> None:
         out = ", ".join(f"{k} +{v}" for k, v in r.rows_out.items())
+        jobs = "".join(f"\n    [magenta]creating {j.name}: {j.phase} {j.percent:.0f}% "
+                       f"({j.rows_done:,}/{j.rows_total:,} rows, {j.rows_per_second:,.0f} rows/s), "
+                       f"lag {j.lag_epochs} epochs[/]" for j in (session[0].jobs() if session else []) if j.creating)
         console.print(f"epoch [cyan]{r.epoch}[/]  rows in [green]{r.rows_in:>5}[/]  "
-                      f"latency [yellow]{r.latency_ms:6.0f} ms[/]  changes: {out}", highlight=False)
+                      f"latency [yellow]{r.latency_ms:6.0f} ms[/]  changes: {out}{jobs}", highlight=False)
 
     started = time.time()
     with sparkwave.connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
+        session.append(s)
         try:
             s.sql(NEXMARK_TABLES)
             s.sql(FIRST_MVS)
@@ -53,12 +59,16 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
                           "west_coast_people")
             while time.time() - started < seconds / 2:
                 time.sleep(0.2)
-            console.print("[bold magenta]creating MV high_bids_by_channel on the live pipeline "
-                          "(blocking backfill) ...[/]")
+            console.print("[bold magenta]creating MV high_bids_by_channel on the live pipeline (snapshot "
+                          "backfill in the background; the pipeline keeps committing) ...[/]")
             t0 = time.time()
+            s.sql("SET background_ddl = true; SET backfill_chunk_rows = 20000")
             s.sql("CREATE MATERIALIZED VIEW high_bids_by_channel AS "
                   "SELECT auction, price, upper(channel) AS channel FROM bid WHERE price > 50000")
-            console.print(f"[bold magenta]created in {time.time() - t0:.1f} s[/]")
+            s.wait()
+            job = next(j for j in s.jobs() if j.name == "high_bids_by_channel")
+            console.print(f"[bold magenta]high_bids_by_channel joined the pipeline at epoch {job.merged_epoch} "
+                          f"after {time.time() - t0:.1f} s ({job.rows_total:,} snapshot rows)[/]")
             while time.time() - started < seconds:
                 time.sleep(0.2)
         except KeyboardInterrupt:
