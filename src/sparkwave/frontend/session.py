@@ -41,7 +41,7 @@ SETTINGS = {
     "backfill_strategy": ("snapshot", "how CREATE MATERIALIZED VIEW fills a new MV: snapshot | blocking"),
     "background_ddl": ("false", "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
     "backfill_rate_limit": ("default", "rows per second per new creating job; default = unlimited, 0 = paused"),
-    "backfill_chunk_rows": ("1000000", "snapshot rows per checkpoint of a creating job"),
+    "backfill_chunk_rows": ("4000000", "at most this many snapshot rows per checkpoint of a creating job"),
 }
 STRATEGIES = ("snapshot", "blocking")
 
@@ -73,7 +73,7 @@ class Session:
             self.catalog = Catalog(self.warehouse.catalog_path)
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self.loop = BarrierLoop(self.rt, barrier_interval_ms, on_epoch)
-            self.creating = CreatingJobs(self.rt, self.loop.lock, self.loop.nudge)
+            self.creating = CreatingJobs(self.rt, self.loop.lock, self.loop.nudge, self.loop)
             self.creating.chunk_rows = int(self._setting("backfill_chunk_rows"))
             self.loop.jobs = self.creating
             self._ddl_lock = threading.Lock()

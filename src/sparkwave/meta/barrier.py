@@ -100,6 +100,7 @@ class BarrierLoop:
         self._thread: threading.Thread | None = None
         self._flush_requests = 0
         self._nudged = False
+        self.busy_at = 0.0  # when an epoch last carried input
         self.jobs: CreatingJobs | None = None  # set by the session: mutations and the lag rule ride on barriers
 
     # --- thread --------------------------------------------------------------------------------
@@ -113,6 +114,10 @@ class BarrierLoop:
             self._wake.notify_all()
         if self._thread:
             self._thread.join()
+
+    def busy(self) -> bool:
+        """Whether the main graph has had input lately (within two barrier intervals, 1 to 5 s)."""
+        return time.time() - self.busy_at < min(5.0, max(1.0, 2 * self.interval_ms / 1000))
 
     def nudge(self) -> None:
         """A creating job moved: a barrier held back by the lag rule may be admitted now."""
@@ -248,6 +253,8 @@ class BarrierLoop:
         offsets = {rel: {s: end for s, (_, end) in splits.items()}
                    for rel, splits in e.plan.get("sources", {}).items()}
         latency = (time.time() - t0) * 1000
+        if rows_in:
+            self.busy_at = time.time()
         self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency)
         with self._committed:
             self._committed.notify_all()

@@ -38,13 +38,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
 
 from sparkwave.meta.catalog import JobRow, Relation
 from sparkwave.meta.crash import crash_point
 from sparkwave.meta.epoch import epoch_ms
 from sparkwave.meta.runtime import Runtime
+from sparkwave.spark import backfill_session
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.compaction import write_base_files
 from sparkwave.storage.table import VNODES, log_spark_ddl
@@ -52,6 +55,12 @@ from sparkwave.stream.backfill import log_changes, snapshot_rows
 from sparkwave.stream.project_filter import ProjectFilter
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint
+
+
+class Pipeline(Protocol):
+    """The main graph's timing, as a creating job sees it (the barrier loop)."""
+
+    def busy(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class SnapshotBackfill:
     planning (the lag rule); `loop_lock` is held between two main epochs to merge."""
 
     def __init__(self, rt: Runtime, job_id: int, gate: threading.Lock, loop_lock: threading.RLock,
-                 chunk_rows: int, stop: threading.Event) -> None:
+                 chunk_rows: int, stop: threading.Event, pipeline: Pipeline | None = None) -> None:
         self.rt = rt
         self.job_id = job_id
         self.gate = gate
@@ -108,7 +117,9 @@ class SnapshotBackfill:
         self.chunk_rows = chunk_rows
         self.stop = stop  # set when the job is cancelled or the session closes: it must not merge then
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: stands in for a slow chunk read
+        self.pipeline = pipeline
         self.limiter = RateLimiter()
+        self.spark = backfill_session(rt.spark)
 
     @property
     def holder(self) -> str:
@@ -155,12 +166,12 @@ class SnapshotBackfill:
         files: list[str] = []
         if rows:
             pf = ProjectFilter.from_json(rel.definition["project_filter"])
-            chunk = snap.snapshot(self.rt.spark, self.rt.catalog, up.name, up.schema, s, (lo, hi))
+            chunk = snap.snapshot(self.spark, self.rt.catalog, up.name, up.schema, s, (lo, hi))
             crash_point("backfill_mid_chunk")
             if self.chunk_hook:
                 self.chunk_hook(lo, hi)
-            files, _ = write_base_files(self.rt, rel, snapshot_rows(pf, chunk, rel.schema),
-                                        f"_backfill_{lo}", f"s{s}-v{lo:03d}-", repartition=False)
+            files, _ = write_base_files(self.rt, rel, self._share(snapshot_rows(pf, chunk, rel.schema)),
+                                        f"_backfill_{lo}", f"s{s}-v{lo:03d}-", sort=False)
             crash_point("backfill_after_chunk_rows")
         lag, lag_ms = lag_of(self.rt, s)
         with self.rt.catalog.transaction() as db:
@@ -185,6 +196,11 @@ class SnapshotBackfill:
             self.rt.catalog.update_job(db, self.job_id, phase="log_store", consumed_epoch=s, allowed_lag=lag)
             self.rt.catalog.add_job_step(db, self.job_id, "log_store", 0, 0, lag, lag_ms, lag)
         return Step()
+
+    def _share(self, df: DataFrame) -> DataFrame:
+        """While the main graph has input, a backfill runs on all cores but one, left to the pipeline."""
+        cores = self.rt.spark.sparkContext.defaultParallelism
+        return df.coalesce(cores - 1) if cores > 1 and self.pipeline is not None and self.pipeline.busy() else df
 
     # --- phase 2 and 3 -------------------------------------------------------------------------
     def _log_store_step(self, job: JobRow, rel: Relation, up: Relation) -> Step:
@@ -221,7 +237,7 @@ class SnapshotBackfill:
             files = [p for _, p in self.rt.catalog.log_files(up.name, consumed, through)]
             if files:
                 pf = ProjectFilter.from_json(rel.definition["project_filter"])
-                log = snap.read_parquet(self.rt.spark, log_spark_ddl(up.schema), files)
+                log = snap.read_parquet(self.spark, log_spark_ddl(up.schema), files)
                 changes = log_changes(pf, log, rel.schema, take)
                 for e, rows_e in changes.items():
                     stored.stage_log(e, rows_e)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from sparkwave.errors import CatalogError, PipelineError
 from sparkwave.meta.catalog import JobRow, Relation
-from sparkwave.meta.creating_job import SnapshotBackfill, lag_of
+from sparkwave.meta.creating_job import Pipeline, SnapshotBackfill, lag_of
 from sparkwave.meta.runtime import Runtime
 
 log = logging.getLogger("sparkwave.jobs")
@@ -29,7 +29,8 @@ class _Worker:
         self.stop = threading.Event()
         self.cancelled = False
         self.failures = 0
-        self.backfill = SnapshotBackfill(manager.rt, job_id, manager.gate, manager.loop_lock, chunk_rows, self.stop)
+        self.backfill = SnapshotBackfill(manager.rt, job_id, manager.gate, manager.loop_lock, chunk_rows, self.stop,
+                                         manager.pipeline)
         self.thread = threading.Thread(target=self._run, name=f"sparkwave-job-{job_id}", daemon=True)
 
     @property
@@ -68,16 +69,18 @@ class _Worker:
 
 
 class CreatingJobs:
-    def __init__(self, rt: Runtime, loop_lock: threading.RLock, nudge: Callable[[], None]) -> None:
+    def __init__(self, rt: Runtime, loop_lock: threading.RLock, nudge: Callable[[], None],
+                 pipeline: Pipeline | None = None) -> None:
         self.rt = rt
         self.loop_lock = loop_lock
+        self.pipeline = pipeline
         self.gate = threading.Lock()  # serialises job checkpoints with the main graph's planning
         self._nudge = nudge
         self._cond = threading.Condition()
         self.generation = 0
         self._workers: dict[int, _Worker] = {}
         self._held: dict[int, int] = {}  # job -> the committed epoch it last held the main graph at
-        self.chunk_rows = 1_000_000
+        self.chunk_rows = 4_000_000
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: a slow snapshot read
 
     # --- signalling ----------------------------------------------------------------------------

@@ -29,23 +29,24 @@ class BaseFiles:
     rows: list[int]
 
 
-ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode range skips the others
+ROW_GROUP_BYTES = 2 * 1024 * 1024  # small row groups: a backfill reads its vnode range in short tasks
 
 
 def write_base_files(rt: Runtime, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
-                     repartition: bool = True) -> tuple[list[str], list[int]]:
-    """Write `df` (`| _vnode | columns |`) sorted by (vnode, key) into `base/` as `<prefix><i>.parquet`,
-    through a staging folder, so that a crash leaves either no file or whole files. The files
-    are not part of any base until committed."""
+                     sort: bool = True) -> tuple[list[str], list[int]]:
+    """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
+    folder, so that a crash leaves either no file or whole files. The files are not part of any
+    base until committed. With `sort`, clustered by (vnode, key); a backfill chunk skips that: its
+    rows span a few vnodes only, and arrive almost in (vnode, key) order from the sorted upstream."""
     stored = rt.stored(rel)
     stored.create()
     staging = stored.base_path / staging_name
     shutil.rmtree(staging, ignore_errors=True)
     out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
-    if repartition:
-        out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
-    (out.sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
-        .write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(str(staging)))
+    if sort:
+        out = (out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
+               .sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key]))
+    out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(str(staging))
     files, rows = [], []
     for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
         n = pq.ParquetFile(staging / name).metadata.num_rows
