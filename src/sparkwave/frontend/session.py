@@ -41,7 +41,7 @@ SETTINGS = {
     "backfill_strategy": ("snapshot", "how CREATE MATERIALIZED VIEW fills a new MV: snapshot | blocking"),
     "background_ddl": ("false", "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
     "backfill_rate_limit": ("default", "rows per second per new creating job; default = unlimited, 0 = paused"),
-    "backfill_chunk_rows": ("4000000", "at most this many snapshot rows per checkpoint of a creating job"),
+    "backfill_chunk_rows": ("10000000", "at most this many snapshot rows per checkpoint of a creating job"),
 }
 STRATEGIES = ("snapshot", "blocking")
 

@@ -80,7 +80,7 @@ class CreatingJobs:
         self.generation = 0
         self._workers: dict[int, _Worker] = {}
         self._held: dict[int, int] = {}  # job -> the committed epoch it last held the main graph at
-        self.chunk_rows = 4_000_000
+        self.chunk_rows = 10_000_000
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: a slow snapshot read
 
     # --- signalling ----------------------------------------------------------------------------
