@@ -269,3 +269,36 @@ def test_progress_is_structured_and_shown_by_show_jobs(session):
     steps = s.catalog.job_steps(info.id)
     assert sum(1 for st in steps if st[1] == "snapshot") >= 4  # 200 rows in chunks of about 50
     assert s.table("b4").count() == 200
+
+
+def test_failing_checkpoints_are_retried_shown_and_a_foreground_create_gives_up(session):
+    s = session
+    model = seeded(s, 100)
+    calls: list[str | None] = []
+
+    def flaky(lo: int, hi: int) -> None:  # stands in for a storage hiccup on the first two reads
+        calls.append(job(s, "b1").error)
+        if len(calls) <= 2:
+            raise OSError("disk hiccup")
+
+    s.creating.chunk_hook = flaky
+    s.sql("SET background_ddl = true")
+    s.sql(f"CREATE MATERIALIZED VIEW b1 AS {JOBS['b1']}")
+    s.sql("WAIT")
+    assert calls[0] is None and "disk hiccup" in (calls[2] or ""), calls  # the error was visible while retrying
+    model.view("b1", JOBS["b1"])
+    assert job(s, "b1").error is None
+    assert multiset(rows_of(s.table("b1"))) == multiset(model.rows("b1"))
+
+    def broken(lo: int, hi: int) -> None:
+        raise OSError("disk on fire")
+
+    s.creating.chunk_hook = broken
+    s.sql("SET background_ddl = false")
+    with pytest.raises(sparkwave.errors.PipelineError, match="disk on fire"):
+        s.sql(f"CREATE MATERIALIZED VIEW b2 AS {JOBS['b2']}")
+    assert s.catalog.relation("b2") is None and _pin_holders(s) == []  # given up: cancelled, nothing left
+    s.sql("INSERT INTO t VALUES (1000, 50, 'z')")
+    s.flush()
+    model.apply_epoch([("insert", "t", [(1000, 50, "z")])])
+    assert multiset(rows_of(s.table("b1"))) == multiset(model.rows("b1"))  # the pipeline is unaffected

@@ -73,16 +73,6 @@ def configure(spark: SparkSession) -> None:
     quiet_query_context_logs()
 
 
-def backfill_session(spark: SparkSession) -> SparkSession:
-    """A session for creating jobs, sharing the SparkContext: scans split into short tasks (a base
-    row group each), so that a main-graph task never waits long behind a backfill task for a core."""
-    session = spark.newSession()
-    configure(session)
-    session.conf.set("spark.sql.files.maxPartitionBytes", str(2 * 1024 * 1024))
-    session.conf.set("spark.sql.files.openCostInBytes", str(1024 * 1024))
-    return session
-
-
 def quiet_query_context_logs() -> None:
     """PySpark logs every failed query's context at ERROR; sparkwave raises its own error naming the
     statement instead, so these would only repeat it as a JSON dump on stderr."""

@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT, relation TEXT NOT NULL UNIQUE, strategy TEXT NOT NULL,
     phase TEXT NOT NULL, upstream TEXT, snapshot_epoch INTEGER, consumed_epoch INTEGER,
-    allowed_lag INTEGER, next_vnode INTEGER NOT NULL DEFAULT 0, vnode_rows TEXT,
+    allowed_lag REAL, next_vnode INTEGER NOT NULL DEFAULT 0, vnode_rows TEXT,
     rows_total INTEGER NOT NULL DEFAULT 0, rows_done INTEGER NOT NULL DEFAULT 0, rate_limit INTEGER,
     started_at REAL NOT NULL, finished_at REAL, merged_epoch INTEGER, held_back INTEGER NOT NULL DEFAULT 0,
     error TEXT);
@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS job_chunks (
 CREATE TABLE IF NOT EXISTS job_steps (
     job INTEGER NOT NULL, step INTEGER NOT NULL, phase TEXT NOT NULL, at REAL NOT NULL,
     rows INTEGER NOT NULL, epochs INTEGER NOT NULL, lag_epochs INTEGER NOT NULL, lag_ms INTEGER NOT NULL,
-    allowed_lag INTEGER, PRIMARY KEY (job, step));
+    allowed_lag REAL, PRIMARY KEY (job, step));
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job INTEGER NOT NULL, kind TEXT NOT NULL, value INTEGER,
     requested_at REAL NOT NULL, applied_at REAL, outcome TEXT);
@@ -100,7 +100,7 @@ class JobRow:
     upstream: str | None
     snapshot_epoch: int | None
     consumed_epoch: int | None
-    allowed_lag: int | None
+    allowed_lag: float | None  # the lag rule (creating_job.py)
     next_vnode: int
     vnode_rows: list[int] | None
     rows_total: int
@@ -367,7 +367,7 @@ class Catalog:
                          "WHERE job = ? AND at >= ? ORDER BY step", (job_id, since))
 
     def add_job_step(self, db: sqlite3.Connection, job_id: int, phase: str, rows: int, epochs: int,
-                     lag_epochs: int, lag_ms: int, allowed_lag: int | None) -> None:
+                     lag_epochs: int, lag_ms: int, allowed_lag: float | None) -> None:
         row = db.execute("SELECT coalesce(max(step), 0) FROM job_steps WHERE job = ?", (job_id,)).fetchone()
         db.execute("INSERT INTO job_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    (job_id, row[0] + 1, phase, time.time(), rows, epochs, lag_epochs, lag_ms, allowed_lag))

@@ -15,19 +15,20 @@ transaction; the main graph never waits for it, except by the lag rule below.
 3. **merge**: once no main-graph epoch is pending, between two main epochs, the MV joins the main
    graph at the exact epoch `M` it has consumed up to; from `M + 1` the main graph maintains it.
 
-**The lag rule** (convergence while the upstream keeps writing). `lag` counts the main graph's
-epochs (planned or committed) after the job's consumed epoch; `allowed` starts at the lag when the
-log-store phase begins. After a checkpoint that consumed `k` epochs:
+**The lag rule** (convergence while the upstream keeps writing), after the seed's
+`max_pending_epoch_lag`. `lag` counts the main graph's epochs (planned or committed) after the
+job's consumed epoch. The main graph may plan a new epoch only while `lag < allowed`. `allowed`
+starts at the lag when the log-store phase begins; each checkpoint that consumes `k` epochs sets
 
-    allowed := max(0, min(lag, allowed - ceil(k / 2)))
+    allowed := max(0, min(lag + 1, allowed - k / 2))
 
-and the main graph may plan a new epoch only while `lag < allowed` (so `lag <= allowed` always).
-`allowed` drops by at least one per checkpoint, so it reaches 0 after at most its initial value
-of checkpoints; then the main graph waits until the job has consumed everything and merges. In
-between, the upstream may advance at most half as many epochs as the job consumes, and the lag
-recorded at each checkpoint never increases. A job that reads its log faster than the upstream
-writes never holds the main graph back; when it does, `held_back` counts the epochs it delayed.
-A paused job (rate limit 0) never holds it back.
+with `lag` as of that commit. So `allowed` falls by at least half an epoch per checkpoint and
+reaches 0 after at most `2 * allowed` checkpoints: then the main graph waits until the job has
+consumed everything and merges. Meanwhile the upstream advances at most one epoch per checkpoint
+and at most half as many epochs as the job consumes, so the lag recorded at each checkpoint never
+increases. A job that reads faster than the upstream writes catches up in a few checkpoints, and
+holds the main graph back for at most the last of them; `held_back` counts the epochs it delayed.
+A paused job (rate limit 0) or one whose checkpoints are failing never holds it back.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from sparkwave.meta.catalog import JobRow, Relation
 from sparkwave.meta.crash import crash_point
 from sparkwave.meta.epoch import epoch_ms
 from sparkwave.meta.runtime import Runtime
-from sparkwave.spark import backfill_session
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.compaction import write_base_files
 from sparkwave.storage.table import VNODES, log_spark_ddl
@@ -119,7 +119,6 @@ class SnapshotBackfill:
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: stands in for a slow chunk read
         self.pipeline = pipeline
         self.limiter = RateLimiter()
-        self.spark = backfill_session(rt.spark)
 
     @property
     def holder(self) -> str:
@@ -166,7 +165,7 @@ class SnapshotBackfill:
         files: list[str] = []
         if rows:
             pf = ProjectFilter.from_json(rel.definition["project_filter"])
-            chunk = snap.snapshot(self.spark, self.rt.catalog, up.name, up.schema, s, (lo, hi))
+            chunk = snap.snapshot(self.rt.spark, self.rt.catalog, up.name, up.schema, s, (lo, hi))
             crash_point("backfill_mid_chunk")
             if self.chunk_hook:
                 self.chunk_hook(lo, hi)
@@ -237,7 +236,7 @@ class SnapshotBackfill:
             files = [p for _, p in self.rt.catalog.log_files(up.name, consumed, through)]
             if files:
                 pf = ProjectFilter.from_json(rel.definition["project_filter"])
-                log = snap.read_parquet(self.spark, log_spark_ddl(up.schema), files)
+                log = snap.read_parquet(self.rt.spark, log_spark_ddl(up.schema), files)
                 changes = log_changes(pf, log, rel.schema, take)
                 for e, rows_e in changes.items():
                     stored.stage_log(e, rows_e)
@@ -248,8 +247,8 @@ class SnapshotBackfill:
         with self.gate, self.rt.catalog.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)", logs)
             lag, lag_ms = lag_of(self.rt, through)
-            allowed = max(0, min(lag, (job.allowed_lag if job.allowed_lag is not None else lag)
-                                 - math.ceil(len(take) / 2)))
+            allowed = max(0.0, min(lag + 1, (job.allowed_lag if job.allowed_lag is not None else lag)
+                                   - len(take) / 2))
             self.rt.catalog.update_job(db, self.job_id, consumed_epoch=through, allowed_lag=allowed, error=None)
             self.rt.catalog.move_pin(db, self.holder, through)
             self.rt.catalog.add_job_step(db, self.job_id, "log_store", in_rows, len(take), lag, lag_ms, allowed)

@@ -29,7 +29,7 @@ class BaseFiles:
     rows: list[int]
 
 
-ROW_GROUP_BYTES = 2 * 1024 * 1024  # small row groups: a backfill reads its vnode range in short tasks
+ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode range skips the others
 
 
 def write_base_files(rt: Runtime, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
