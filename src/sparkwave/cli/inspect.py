@@ -30,7 +30,10 @@ def _read(warehouse: str | Path) -> tuple[str, list[JobInfo]]:
 
 
 def jobs_table(warehouse: str | Path) -> Table:
-    title, jobs = _read(warehouse)
+    return _table(*_read(warehouse))
+
+
+def _table(title: str, jobs: list[JobInfo]) -> Table:
     table = Table(title=title)
     for c in ("id", "name", "kind", "strategy", "phase", "progress", "rows/s", "ETA", "lag", "rate limit",
               "started", "created epoch"):
@@ -42,7 +45,7 @@ def jobs_table(warehouse: str | Path) -> Table:
                       f"{j.rows_per_second:,.0f}" if creating else "-",
                       "-" if j.eta_seconds is None else f"{j.eta_seconds:,.0f}s",
                       f"{j.lag_epochs} epochs / {j.lag_seconds:,.1f}s" if creating else "-",
-                      "unlimited" if j.rate_limit is None else str(j.rate_limit),
+                      "-" if not creating else "unlimited" if j.rate_limit is None else f"{j.rate_limit:,}",
                       j.started_at.strftime("%H:%M:%S"), str(j.created_epoch))
     return table
 
@@ -54,5 +57,5 @@ def watch_jobs(console: Console, warehouse: str | Path) -> int:
         while True:
             title, jobs = _read(warehouse)
             bars.update([j for j in jobs if j.creating or j.id in bars.shown])
-            live.update(Group(jobs_table(warehouse), bars.progress))
+            live.update(Group(_table(title, jobs), bars.progress))
             time.sleep(1.0)
