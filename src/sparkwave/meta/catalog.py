@@ -117,6 +117,8 @@ class JobRow:
         return self.phase != "created"
 
 
+KEPT_JOB_STEPS = 5000  # a job's most recent checkpoints kept for progress and inspection
+
 _JOB_COLS = ("id, relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, allowed_lag, next_vnode, "
              "vnode_rows, rows_total, rows_done, rate_limit, started_at, finished_at, merged_epoch, held_back, error")
 
@@ -371,6 +373,7 @@ class Catalog:
         row = db.execute("SELECT coalesce(max(step), 0) FROM job_steps WHERE job = ?", (job_id,)).fetchone()
         db.execute("INSERT INTO job_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    (job_id, row[0] + 1, phase, time.time(), rows, epochs, lag_epochs, lag_ms, allowed_lag))
+        db.execute("DELETE FROM job_steps WHERE job = ? AND step <= ?", (job_id, row[0] + 1 - KEPT_JOB_STEPS))
 
     def job_chunks(self, job_id: int) -> list[tuple[int, int, int, str, int, list[str]]]:
         """(lo, hi, rows, state, attempts, files) by vnode."""

@@ -225,6 +225,8 @@ class CreatingJobs:
             if lag >= job.allowed_lag:
                 if self._held.get(job.id) != committed:
                     self._held[job.id] = committed
+                    log.info("creating job %d (%s) holds the main graph back: lag %d epochs, allowed %.1f",
+                             job.id, job.relation, lag, job.allowed_lag)
                     with self.rt.catalog.transaction() as db:
                         db.execute("UPDATE jobs SET held_back = held_back + 1 WHERE id = ?", (job.id,))
                 return False
