@@ -58,7 +58,7 @@ MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint
 
 
 class Pipeline(Protocol):
-    """The main graph's timing, as a creating job sees it (the barrier loop)."""
+    """The main graph as a creating job sees it (the barrier loop): whether it has input now."""
 
     def busy(self) -> bool: ...
 
