@@ -302,3 +302,23 @@ def test_failing_checkpoints_are_retried_shown_and_a_foreground_create_gives_up(
     s.flush()
     model.apply_epoch([("insert", "t", [(1000, 50, "z")])])
     assert multiset(rows_of(s.table("b1"))) == multiset(model.rows("b1"))  # the pipeline is unaffected
+
+
+def test_progress_bars_show_each_creating_job(session):
+    import io
+
+    from rich.console import Console
+
+    from sparkwave.cli.progress import JobBars
+
+    s = session
+    seeded(s, 50)
+    s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
+    s.sql("CREATE MATERIALIZED VIEW b4 AS SELECT k, a FROM t")
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    with JobBars(console) as bars:
+        bars.update([j for j in s.jobs() if j.creating])
+        bars.progress.refresh()
+    text = out.getvalue()
+    assert "b4" in text and "snapshot" in text and "paused" in text and "lag 0 epochs" in text, text

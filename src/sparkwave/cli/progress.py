@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from sparkwave.meta.progress import JobInfo
@@ -17,11 +18,11 @@ def describe(j: JobInfo) -> str:
 
 
 class JobBars:
-    def __init__(self) -> None:
+    def __init__(self, console: Console | None = None) -> None:
         self.progress = Progress(TextColumn("[bold]job {task.fields[id]}[/] {task.fields[name]}"),
                                  TextColumn("{task.fields[phase]}"), BarColumn(),
                                  TextColumn("{task.percentage:>5.1f}%"),
-                                 TextColumn("{task.fields[detail]}"))
+                                 TextColumn("{task.fields[detail]}"), console=console)
         self._tasks: dict[int, TaskID] = {}
 
     def __enter__(self) -> JobBars:
