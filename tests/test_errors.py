@@ -114,6 +114,8 @@ def test_creating_jobs_refuse_what_they_cannot_do_and_leave_data_intact(loaded):
         s.sql("CREATE MATERIALIZED VIEW d AS SELECT k FROM c")
     with pytest.raises(CatalogError, match="still being created"):
         s.sql("SELECT * FROM c")
+    with pytest.raises(CatalogError, match="still being created"):
+        s.compact("c")
     with pytest.raises(CatalogError, match=r"view\(s\) c depend on it"):
         s.sql("DROP MATERIALIZED VIEW m")
     with pytest.raises(CatalogError, match="no job with id 42"):

@@ -182,7 +182,7 @@ class Session:
         self._check_open()
         done = []
         epoch = self.committed_epoch
-        rels = [self.rt.relation(name.lower())] if name else self.catalog.relations()
+        rels = [self._readable(name.lower())] if name else self.catalog.relations()
         with self._ddl_lock:
             for rel in rels:
                 if compact(self.rt, rel, epoch):
