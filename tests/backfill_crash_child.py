@@ -14,7 +14,7 @@ import sys
 
 import sparkwave
 from sparkwave.spark import create_spark
-from tests.oracle import values_sql
+from tests.oracle import to_sql, values_sql
 
 SEED = [(k, (k * 7) % 23, ["p", "q", None][k % 3]) for k in range(240)]
 SETUP = [
@@ -38,14 +38,6 @@ def batch(i: int) -> list[tuple]:
     lo = rnd.randint(0, 220)
     out.append(("delete", "t", f"k BETWEEN {lo} AND {lo + rnd.randint(0, 10)}"))
     return out
-
-
-def to_sql(s: tuple) -> str:
-    if s[0] == "insert":
-        return f"INSERT INTO {s[1]} VALUES {values_sql(s[2])}"
-    if s[0] == "update":
-        return f"UPDATE {s[1]} SET {', '.join(f'{c} = {e}' for c, e in s[2].items())} WHERE {s[3]}"
-    return f"DELETE FROM {s[1]} WHERE {s[2]}"
 
 
 def main(warehouse: str, progress: str) -> None:

@@ -10,7 +10,7 @@ import sys
 
 import sparkwave
 from sparkwave.spark import create_spark
-from tests.oracle import values_sql
+from tests.oracle import to_sql
 
 SETUP = [
     "CREATE TABLE t (k int, a int, b varchar, PRIMARY KEY (k))",
@@ -39,14 +39,6 @@ def batch(i: int) -> list[tuple]:
     if i % 3 == 2:
         out.append(("delete", "t", f"k BETWEEN {rnd.randint(0, 6)} AND {rnd.randint(6, 12)}"))
     return out
-
-
-def to_sql(s: tuple) -> str:
-    if s[0] == "insert":
-        return f"INSERT INTO {s[1]} VALUES {values_sql(s[2])}"
-    if s[0] == "update":
-        return f"UPDATE {s[1]} SET {', '.join(f'{c} = {e}' for c, e in s[2].items())} WHERE {s[3]}"
-    return f"DELETE FROM {s[1]} WHERE {s[2]}"
 
 
 def main(warehouse: str, progress: str) -> None:

@@ -120,3 +120,12 @@ def sql_literal(v) -> str:
 
 def values_sql(rows) -> str:
     return ", ".join("(" + ", ".join(sql_literal(v) for v in r) + ")" for r in rows)
+
+
+def to_sql(st: tuple) -> str:
+    """The SQL of a model statement tuple (see `Model.apply_epoch`)."""
+    if st[0] == "insert":
+        return f"INSERT INTO {st[1]} VALUES {values_sql(st[2])}"
+    if st[0] == "update":
+        return f"UPDATE {st[1]} SET {', '.join(f'{c} = {e}' for c, e in st[2].items())} WHERE {st[3]}"
+    return f"DELETE FROM {st[1]} WHERE {st[2]}"

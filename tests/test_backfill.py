@@ -11,7 +11,7 @@ import pytest
 
 import sparkwave
 from sparkwave import CatalogError
-from tests.oracle import Model, multiset, rows_of, values_sql
+from tests.oracle import Model, multiset, rows_of, to_sql, values_sql
 
 T = "CREATE TABLE t (k int, a int, b varchar, PRIMARY KEY (k))"
 EV = "CREATE TABLE ev (id int, v int) APPEND ONLY"
@@ -23,14 +23,6 @@ JOBS = {
     "b4": "SELECT k, coalesce(b, '-') AS b FROM t",  # created paused, resumed rate-limited, then unlimited
     "b5": "SELECT a2 + 1 AS a3, ub FROM live2 WHERE a2 < 40",  # on an MV that was itself backfilled
 }
-
-
-def to_sql(st: tuple) -> str:
-    if st[0] == "insert":
-        return f"INSERT INTO {st[1]} VALUES {values_sql(st[2])}"
-    if st[0] == "update":
-        return f"UPDATE {st[1]} SET {', '.join(f'{c} = {e}' for c, e in st[2].items())} WHERE {st[3]}"
-    return f"DELETE FROM {st[1]} WHERE {st[2]}"
 
 
 def batch(rnd: random.Random, keys: int) -> list[tuple]:

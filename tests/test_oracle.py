@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import sparkwave
-from tests.oracle import Model, multiset, rows_of, values_sql
+from tests.oracle import Model, multiset, rows_of, to_sql
 
 # Shrinking re-runs Spark pipelines for minutes; the failing example is printed unshrunk instead.
 FAST_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -43,14 +43,6 @@ stmt = st.one_of(
     st.builds(lambda x: ("delete", "t3", f"id = {x}"), keys),
     st.builds(lambda x: ("update", "t3", {"d": "d + 1"}, f"id < {x}"), keys),
 )
-
-
-def to_sql(s) -> str:
-    if s[0] == "insert":
-        return f"INSERT INTO {s[1]} VALUES {values_sql(s[2])}"
-    if s[0] == "update":
-        return f"UPDATE {s[1]} SET {', '.join(f'{c} = {e}' for c, e in s[2].items())} WHERE {s[3]}"
-    return f"DELETE FROM {s[1]} WHERE {s[2]}"
 
 
 def check(session: sparkwave.Session, model: Model, epoch: int, names: list[str]) -> None:
