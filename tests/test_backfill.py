@@ -250,6 +250,13 @@ def test_progress_is_structured_and_shown_by_show_jobs(session):
     s.flush()
     info = job(s, "b4")
     assert (info.strategy, info.phase, info.rate_limit, info.rows_done) == ("snapshot", "snapshot", 0, 0)
+    worker = s.creating._workers[info.id]
+    steps: list[int] = []
+    inner = worker.backfill.step
+    worker.backfill.step = lambda: steps.append(1) or inner()
+    for _ in range(3):
+        s.flush()
+    assert len(steps) <= 12, f"a paused job spins instead of sleeping until woken: {len(steps)} checkpoints"
     assert info.kind == "materialized view" and info.lag_epochs == 2 and info.lag_seconds >= 0
     shown = {r["name"]: r for r in (row.asDict() for row in s.sql("SHOW JOBS").collect())}
     assert shown["b4"]["phase"] == "snapshot" and shown["b4"]["rate_limit"] == 0

@@ -59,11 +59,13 @@ class _Worker:
                 self.manager.record_error(self.job_id, e)
                 self.manager.wait(generation, min(30.0, 0.5 * 2 ** self.failures))
                 continue
-            self.manager.notify()
             if step.merged:
+                self.manager.notify()
                 break
-            if step.wait is None or step.wait > 0:
+            if step.wait is None or step.wait > 0:  # nothing to do now: sleep until woken or due
                 self.manager.wait(generation, step.wait)
+            else:
+                self.manager.notify()  # progress: waiters, and a barrier held back by the lag rule
         if self.cancelled:
             self.manager.remove(self.job_id)
 
