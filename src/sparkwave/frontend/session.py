@@ -17,6 +17,7 @@ from sparkwave.connectors import make_connector
 from sparkwave.errors import CatalogError, SparkwaveError, SqlError
 from sparkwave.frontend import dml
 from sparkwave.frontend.control import creating_job_of
+from sparkwave.frontend.dataflow_planner import DataflowPlanner, needs_dataflow
 from sparkwave.frontend.planner import SYSTEM_NAMES, plan_mv
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
@@ -29,8 +30,11 @@ from sparkwave.spark import configure, create_spark
 from sparkwave.storage.compaction import compact, write_base
 from sparkwave.storage.retention import apply_retention
 from sparkwave.storage.schema import Column, Schema, parse_type
+from sparkwave.storage.state import state_name
 from sparkwave.storage.warehouse import Warehouse
 from sparkwave.stream.backfill import snapshot_rows
+from sparkwave.stream.dataflow import Dataflow
+from sparkwave.stream.plan import state_schemas
 from sparkwave.stream.project_filter import ProjectFilter
 
 log = logging.getLogger("sparkwave")
@@ -182,7 +186,7 @@ class Session:
         self._check_open()
         done = []
         epoch = self.committed_epoch
-        rels = [self._readable(name.lower())] if name else self.catalog.relations()
+        rels = [self._readable(name.lower())] if name else self.catalog.relations(internal=True)
         with self._ddl_lock:
             for rel in rels:
                 if compact(self.rt, rel, epoch):
@@ -203,7 +207,7 @@ class Session:
             try:
                 threshold = int(self._setting("compaction_epochs"))
                 epoch = self.committed_epoch
-                for rel in self.catalog.relations():
+                for rel in self.catalog.relations(internal=True):
                     if self._compactor_stop.is_set():
                         return
                     base = self.catalog.base_at(rel.name, epoch)
@@ -372,6 +376,9 @@ class Session:
             raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: {', '.join(STRATEGIES)}",
                              "backfill_strategy")
         assert stmt.ast is not None
+        if needs_dataflow(stmt.ast):
+            self._create_dataflow(stmt, name, strategy)
+            return
         mv = plan_mv(stmt, stmt.ast, self.rt.relation, self.spark)
         upstream = self.rt.relation(mv.upstream)
         if upstream.state != "created":
@@ -389,9 +396,48 @@ class Session:
             rel = Relation(name, "mv", mv.schema, definition, self.committed_epoch, state="creating")
             self.rt.stored(rel).create()
             with self.catalog.transaction() as db:
-                job_id = self.creating.register(db, rel, upstream.name)
+                job_id = self.creating.register(db, rel, [upstream.name])
                 if limit != "default":
                     self.catalog.update_job(db, job_id, rate_limit=int(limit))
+        self.creating.start(job_id)
+        if self._setting("background_ddl") != "true":
+            self._wait_foreground(job_id)
+
+    def _create_dataflow(self, stmt: Statement, name: str, strategy: str) -> None:
+        """An MV with joins, aggregates or windows: its operator tree, state tables and job."""
+        assert stmt.ast is not None
+        plan = DataflowPlanner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
+        schemas = state_schemas(plan.root)
+        definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
+                      "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
+                      "states": list(schemas), "backfill_strategy": strategy}
+        limit = self._setting("backfill_rate_limit")
+        with self.loop.lock:  # blocking: the whole build; snapshot: only to read one committed epoch S
+            epoch = self.committed_epoch
+            state = "created" if strategy == "blocking" else "creating"
+            rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
+            tables = [rel] + [Relation(state_name(name, sfx), "state", sch, {"owner": name, "upstreams": []},
+                                       epoch, state=state) for sfx, sch in schemas.items()]
+            for t in tables:
+                self.rt.stored(t).create()
+            if strategy == "blocking":
+                built = Dataflow(self.rt, rel).build(epoch)
+                bases = [write_base(self.rt, t, built[t.name], epoch, crash_name="mid_backfill", record=False)
+                         for t in tables]
+            with self.catalog.transaction() as db:
+                if strategy == "blocking":
+                    self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0])
+                else:
+                    job_id = self.creating.register(db, rel, plan.upstreams)
+                    if limit != "default":
+                        self.catalog.update_job(db, job_id, rate_limit=int(limit))
+                for t in tables[1:]:
+                    self.catalog.add_relation(db, t)
+                if strategy == "blocking":
+                    for t, b in zip(tables, bases, strict=True):
+                        self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
+        if strategy == "blocking":
+            return
         self.creating.start(job_id)
         if self._setting("background_ddl") != "true":
             self._wait_foreground(job_id)

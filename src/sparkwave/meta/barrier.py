@@ -33,6 +33,7 @@ from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
 from sparkwave.storage.table import log_spark_ddl
 from sparkwave.stream.chunk import with_vnode
+from sparkwave.stream.dataflow import Dataflow
 from sparkwave.stream.materialize import materialize_mv, materialize_table
 from sparkwave.stream.project_filter import ProjectFilter
 
@@ -242,12 +243,11 @@ class BarrierLoop:
             if i == 0:
                 crash_point("mid_execute")
         logs: list[tuple[str, str, int, int]] = []
-        for rel in relations:
-            chunk = e.chunks[rel.name]
+        for name, chunk in list(e.chunks.items()):  # relations in order, each MV's state tables after it
             if chunk is None or chunk.num_rows == 0:
                 continue
-            path, rows, version = self.rt.stored(rel).commit_log(e.epoch)
-            logs.append((rel.name, path, rows, version))
+            path, rows, version = self.rt.stored(self.rt.relation(name)).commit_log(e.epoch)
+            logs.append((name, path, rows, version))
             crash_point("mid_commit")
         crash_point("before_catalog_commit")
         offsets = {rel: {s: end for s, (_, end) in splits.items()}
@@ -269,6 +269,10 @@ class BarrierLoop:
     def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
         """The relation's log rows for the epoch, staged as its log file (committed later)."""
         stored = self.rt.stored(rel)
+        if "dataflow" in rel.definition:
+            # Recomputed even on a replay (it is deterministic: state as of the previous epoch), so
+            # that its state tables' staged files exist whichever of its commits had happened.
+            return self._dataflow_step(rel, e)
         if stored.log_committed(e.epoch):
             return stored.read_log_epoch(e.epoch)
         chunk = self._compute(rel, e, dml)
@@ -304,6 +308,18 @@ class BarrierLoop:
                                     [self.rt.stored(upstream).log_file_path(e.epoch)])
         chunk = with_vnode(pf.apply(up_rows), rel.schema).toArrow()
         return materialize_mv(chunk, rel.schema, e.epoch)
+
+    def _dataflow_step(self, rel: Relation, e: _Epoch) -> pa.Table | None:
+        inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in rel.upstreams
+                  if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
+        if not inputs:
+            return None
+        chunk, staged = Dataflow(self.rt, rel).step(e.epoch, e.prev, inputs)
+        if chunk is not None and chunk.num_rows > 0:
+            self.rt.stored(rel).stage_log(e.epoch, chunk)
+        e.chunks[rel.name] = chunk
+        e.chunks.update(staged)
+        return chunk
 
     def _forget_consumed_dml(self) -> None:
         consumed = self.rt.catalog.consumed_dml()

@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS requests (
 @dataclass(frozen=True)
 class Relation:
     name: str
-    kind: str  # 'table' | 'mv'
+    kind: str  # 'table' | 'mv' | 'state' (an MV's operator state, named '<mv>.<suffix>')
     schema: Schema
     definition: dict[str, Any]
     created_epoch: int
@@ -202,9 +202,11 @@ class Catalog:
         row = self._one(f"SELECT {_REL_COLS} FROM relations WHERE name = ?", (name,))
         return _relation(row) if row else None
 
-    def relations(self, *, creating: bool = False) -> list[Relation]:
-        """The main graph's relations in creation order; with `creating`, also those still backfilling."""
-        where = "" if creating else "WHERE state = 'created'"
+    def relations(self, *, creating: bool = False, internal: bool = False) -> list[Relation]:
+        """The main graph's tables and MVs in creation order; with `creating`, also those still
+        backfilling; with `internal`, also operator state tables (kind 'state')."""
+        conds = ([] if creating else ["state = 'created'"]) + ([] if internal else ["kind != 'state'"])
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         rows = self._all(f"SELECT {_REL_COLS} FROM relations {where} ORDER BY created_epoch, created_at")
         return [_relation(r) for r in rows]
 
@@ -217,6 +219,8 @@ class Catalog:
                         rel.created_epoch, rel.state, time.time()))
         except sqlite3.IntegrityError:
             raise CatalogError(f"relation {rel.name!r} already exists") from None
+        if rel.kind == "state":
+            return 0
         phase = "created" if rel.state == "created" else "snapshot"
         cur = db.execute("INSERT INTO jobs (relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, "
                          "started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -225,6 +229,10 @@ class Catalog:
         return int(cur.lastrowid or 0)
 
     def remove_relation(self, db: sqlite3.Connection, name: str) -> None:
+        """Remove a relation, its job and its operator state tables."""
+        for (state,) in db.execute("SELECT name FROM relations WHERE kind = 'state' AND "
+                                   "json_extract(definition, '$.owner') = ?", (name,)).fetchall():
+            self.remove_relation(db, state)
         job = db.execute("SELECT id FROM jobs WHERE relation = ?", (name,)).fetchone()
         if job:
             for table in ("job_chunks", "job_steps"):

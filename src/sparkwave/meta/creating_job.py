@@ -268,7 +268,8 @@ class SnapshotBackfill:
             m = current.consumed_epoch
             crash_point("backfill_mid_merge")
             with self.rt.catalog.transaction() as db:
-                db.execute("UPDATE relations SET state = 'created' WHERE name = ?", (current.relation,))
+                db.execute("UPDATE relations SET state = 'created' WHERE name = ? OR (kind = 'state' AND "
+                           "json_extract(definition, '$.owner') = ?)", (current.relation, current.relation))
                 self.rt.catalog.update_job(db, self.job_id, phase="created", merged_epoch=m, finished_at=time.time(),
                                            allowed_lag=None, error=None)
                 db.execute("DELETE FROM pins WHERE holder = ?", (self.holder,))

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from sparkwave.errors import CatalogError, PipelineError
 from sparkwave.meta.catalog import JobRow, Relation
 from sparkwave.meta.creating_job import Pipeline, SnapshotBackfill, lag_of
+from sparkwave.meta.dataflow_job import DataflowBackfill
 from sparkwave.meta.runtime import Runtime
+from sparkwave.storage.state import state_relations
 
 log = logging.getLogger("sparkwave.jobs")
 FOREGROUND_FAILURES = 3  # a foreground CREATE gives up (and cancels its job) after this many failed checkpoints
@@ -29,8 +31,11 @@ class _Worker:
         self.stop = threading.Event()
         self.cancelled = False
         self.failures = 0
-        self.backfill = SnapshotBackfill(manager.rt, job_id, manager.gate, manager.loop_lock, chunk_rows, self.stop,
-                                         manager.pipeline)
+        job = manager.rt.catalog.job(job_id)
+        rel = manager.rt.catalog.relation(job.relation) if job else None
+        kind = DataflowBackfill if rel is not None and "dataflow" in rel.definition else SnapshotBackfill
+        self.backfill = kind(manager.rt, job_id, manager.gate, manager.loop_lock, chunk_rows, self.stop,
+                             manager.pipeline)
         self.thread = threading.Thread(target=self._run, name=f"sparkwave-job-{job_id}", daemon=True)
 
     @property
@@ -112,13 +117,14 @@ class CreatingJobs:
             rel = self.rt.catalog.relation(job.relation)
             if rel is None:
                 continue
-            stored = self.rt.stored(rel)
-            stored.create()
-            if job.phase == "snapshot":
-                kept = {f for *_, files in self.rt.catalog.job_chunks(job.id) for f in files}
-                for p in stored.base_path.iterdir():
-                    if p.name.startswith("_backfill_") or (p.suffix == ".parquet" and str(p) not in kept):
-                        self.rt.warehouse.remove_file(p)
+            kept = {f for *_, files in self.rt.catalog.job_chunks(job.id) for f in files}
+            for t in [rel, *state_relations(self.rt, rel)]:
+                stored = self.rt.stored(t)
+                stored.create()
+                if job.phase == "snapshot":
+                    for p in stored.base_path.iterdir():
+                        if p.name.startswith("_backfill_") or (p.suffix == ".parquet" and str(p) not in kept):
+                            self.rt.warehouse.remove_file(p)
             self.start(job.id)
 
     def stop(self) -> None:
@@ -129,11 +135,12 @@ class CreatingJobs:
             w.thread.join()
         self._workers.clear()
 
-    def register(self, db, rel: Relation, upstream: str) -> int:  # type: ignore[no-untyped-def]
-        """Add a creating MV and its job in the caller's transaction, pinning the upstream's
-        snapshot epoch `S` (= `rel.created_epoch`)."""
-        job_id = self.rt.catalog.add_relation(db, rel, "snapshot", upstream)
-        self.rt.catalog.add_pin(upstream, rel.created_epoch, f"job:{job_id}", db)
+    def register(self, db, rel: Relation, upstreams: list[str]) -> int:  # type: ignore[no-untyped-def]
+        """Add a creating MV and its job in the caller's transaction, pinning every upstream's
+        snapshot at the one common epoch `S` (= `rel.created_epoch`)."""
+        job_id = self.rt.catalog.add_relation(db, rel, "snapshot", upstreams[0])
+        for u in upstreams:
+            self.rt.catalog.add_pin(u, rel.created_epoch, f"job:{job_id}", db)
         return job_id
 
     def remove(self, job_id: int) -> None:

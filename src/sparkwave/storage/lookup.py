@@ -1,7 +1,9 @@
 """Point lookups: the rows of some keys as of a committed epoch, read on the driver with pyarrow.
 
 This is the state-store read a table's materialize step needs (the old rows of the keys an epoch
-touches). Parquet statistics prune files and row groups; only matching rows are materialised."""
+touches), and the one stateful executors need (a join side's rows of some join keys, an
+aggregate's groups). Parquet statistics prune files and row groups; only matching rows are
+materialised."""
 
 from __future__ import annotations
 
@@ -13,27 +15,34 @@ from sparkwave.meta.catalog import Catalog
 from sparkwave.storage.schema import Schema
 from sparkwave.storage.table import base_arrow_schema, log_arrow_schema
 from sparkwave.stream.chunk import Op, first_last
+from sparkwave.stream.zset import ns_join
 
 
-def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Table) -> pa.Table:
-    """Rows `| _vnode | columns |` of the keys in `keys` that exist as of `epoch`."""
+def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Table,
+           by: list[str] | None = None) -> pa.Table:
+    """Rows `| _vnode | columns |` that exist as of `epoch` and whose `by` columns (default: the
+    key) equal a row of `keys`; NULL matches NULL."""
     key = list(schema.key)
-    keys = keys.select(key).group_by(key).aggregate([])
+    by = by or key
+    keys = keys.select(by).group_by(by, use_threads=False).aggregate([])
     cols = ["_vnode", *schema.names]
     base = catalog.base_at(name, epoch)
     c = base.epoch if base else 0
     expr = None
-    for k in key:
-        term = pc.field(k).isin(keys[k].combine_chunks())
+    for k in by:
+        values = keys[k].combine_chunks()
+        term = pc.field(k).isin(values.drop_null())
+        if values.null_count:
+            term = term | pc.field(k).is_null()
         expr = term if expr is None else expr & term
-    found = _read(base.files if base else [], base_arrow_schema(schema), expr).join(keys, key, join_type="left semi")
+    found = ns_join(_read(base.files if base else [], base_arrow_schema(schema), expr), keys, by, "left semi")
     log_files = [p for _, p in catalog.log_files(name, c, epoch)]
     log = _read(log_files, log_arrow_schema(schema), expr)
     if log.num_rows == 0:
         return found.select(cols)
-    _, latest = first_last(log.join(keys, key, join_type="left semi"), key, ["_epoch", "_seq"])
+    _, latest = first_last(ns_join(log, keys, by, "left semi"), key, ["_epoch", "_seq"])
     live = latest.filter(pc.is_in(latest["_op"], pa.array([int(Op.INSERT), int(Op.UPDATE_INSERT)], pa.int8())))
-    kept = found.join(latest.select(key), key, join_type="left anti")
+    kept = ns_join(found, latest.select(key), key, "left anti")
     return pa.concat_tables([kept.select(cols), live.select(cols).cast(kept.select(cols).schema)])
 
 

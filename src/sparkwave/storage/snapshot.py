@@ -48,7 +48,13 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     key = [f"`{k}`" for k in schema.key]
     w = Window.partitionBy(*key).orderBy(F.col("_epoch").desc(), F.col("_seq").desc())
     latest = log.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn")
-    kept = state.join(latest.select(*key), list(schema.key), "left_anti")
+    # Null-safe: a key may hold NULLs (an outer join's MV is keyed by both sides' keys).
+    keys = latest.select(*[F.col(k).alias(f"_k{i}") for i, k in enumerate(key)])
+    cond = None
+    for i, k in enumerate(schema.key):
+        c = state[f"`{k}`"].eqNullSafe(keys[f"_k{i}"])
+        cond = c if cond is None else cond & c
+    kept = state.join(keys, cond, "left_anti")
     live = latest.where(F.col("_op").isin(int(Op.INSERT), int(Op.UPDATE_INSERT))).select(*cols)
     return kept.select(*cols).unionByName(live)
 

@@ -21,7 +21,9 @@ class Warehouse:
         return self.root / "OWNER"
 
     def relation_dir(self, name: str) -> Path:
-        return self.root / "tables" / name
+        """A table's or MV's folder; an MV's state table `<mv>.<suffix>` lives inside its MV's."""
+        owner, _, suffix = name.partition(".")
+        return self.root / "tables" / owner / "state" / suffix if suffix else self.root / "tables" / name
 
     def staging_dir(self) -> Path:
         d = self.root / "staging"
