@@ -378,7 +378,7 @@ class DataflowPlanner:
                     g = sel.unalias() if isinstance(sel, exp.Alias) else sel
                 group_exprs.append(g)
         elif q.args.get("distinct"):
-            for i, proj in enumerate(q.expressions):
+            for proj in q.expressions:
                 if isinstance(proj, exp.Star) or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star)):
                     raise self.err("SELECT DISTINCT * is not supported; name the columns", "DISTINCT")
                 group_exprs.append(proj.unalias() if isinstance(proj, exp.Alias) else proj)

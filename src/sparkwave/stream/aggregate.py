@@ -60,7 +60,7 @@ def aggregate(node: Node, d: pa.Table, states: StateIO) -> pa.Table:
     both = pa.concat_tables([old.select([*group, *additive]), delta], promote_options="none")
     summed = _sum(both, group, additive)
     new = ns_join(keys, summed, group, "left outer")
-    had = ns_join(keys, old.append_column("_had", pa.array([True] * old.num_rows)), group, "left outer")
+    had = ns_join(keys, old.append_column("_had", pa.array([True] * old.num_rows, pa.bool_())), group, "left outer")
 
     for j, arg in enumerate(value_args(node)):
         new, had = _values(node, j, arg, d, states, new, had)
@@ -115,13 +115,13 @@ def _values(node: Node, j: int, arg: str, d: pa.Table, states: StateIO, new: pa.
         # A value left its group: recompute the group's extremes from all its value counts.
         full = states.lookup(sid, group, lost_groups).rename_columns([*by, W])
         mine = ns_join(dc, lost_groups, group, "left semi")
-        counts = _sum(pa.concat_tables([full.select([*by, W]), mine.select([*by, W]).cast(full.select([*by, W]).schema)]),
-                      by, [W])
+        stored = full.select([*by, W])
+        counts = _sum(pa.concat_tables([stored, mine.select([*by, W]).cast(stored.schema)]), by, [W])
         counts = counts.filter(pc.greater(counts[W], 0))
         redo = counts.select(by).group_by(group, use_threads=False).aggregate([(arg, "min"), (arg, "max")]) \
             .rename_columns([*group, "_rmin", "_rmax"])
         redo = ns_join(lost_groups, redo, group, "left outer")
-        redo = redo.append_column("_redo", pa.array([True] * redo.num_rows))
+        redo = redo.append_column("_redo", pa.array([True] * redo.num_rows, pa.bool_()))
     else:
         atype = d.schema.field(arg).type
         redo = pa.table({**{g: pa.array([], new.schema.field(g).type) for g in group},

@@ -6,6 +6,8 @@ the change ops a stored table's log takes."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,6 +37,8 @@ def _fill_value(t: pa.DataType) -> pa.Scalar:
         return pa.scalar(0, pa.int32()).cast(t)
     if pa.types.is_timestamp(t):
         return pa.scalar(0, pa.int64()).cast(t)
+    if pa.types.is_decimal(t):
+        return pa.scalar(Decimal(0), t)
     return pa.scalar(0, pa.int64()).cast(t)
 
 
