@@ -4,12 +4,15 @@ from scratch by DuckDB on them, compared as exact multisets of rows."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
 import duckdb
 import sqlglot
+from sqlglot import exp
 
 
 def norm(v):
@@ -64,7 +67,7 @@ class Model:
 
     def view(self, name: str, sql: str) -> None:
         self.views.append((name, sql))
-        self.db.execute(f"CREATE VIEW {name} AS {sqlglot.transpile(sql, read='postgres', write='duckdb')[0]}")
+        self.db.execute(f"CREATE VIEW {name} AS {duckdb_sql(sql)}")
 
     def apply_epoch(self, statements: list[tuple]) -> None:
         """statements: ('insert', table, rows) | ('update', table, {col: sql}, where_sql)
@@ -110,9 +113,44 @@ class Model:
         return self.db.execute(f"SELECT {cols} FROM {relation}").fetchall()
 
 
+_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600}
+
+
+def _seconds(node: exp.Expression) -> int:
+    unit = node.args.get("unit")
+    n, u = re.fullmatch(r"(\d+)\s*([a-z]*)", f"{node.this.name} {unit.name if unit else ''}".strip().lower()).groups()
+    return int(n) * _SECONDS[u]
+
+
+def _window(fn: exp.Anonymous, alias: str) -> exp.Expression:
+    """RisingWave's TUMBLE / HOP as plain DuckDB: every row with its window(s) appended, aligned to
+    the Unix epoch; a row without a time belongs to no window."""
+    table, time = fn.expressions[0].name, fn.expressions[1].name
+    if fn.name.lower() == "tumble":
+        size, slide = _seconds(fn.expressions[2]), _seconds(fn.expressions[2])
+    else:
+        slide, size = _seconds(fn.expressions[2]), _seconds(fn.expressions[3])
+    start = f"(floor(epoch_us(_t.{time}) / {slide * 10**6})::BIGINT - _hop.k) * {slide * 10**6}"
+    sql = (f"(SELECT _t.*, make_timestamp({start}) AS window_start, "
+           f"make_timestamp({start} + {size * 10**6}) AS window_end "
+           f"FROM {table} AS _t, range(0, {size // slide}) AS _hop(k) WHERE _t.{time} IS NOT NULL) AS {alias}")
+    return sqlglot.parse_one(f"SELECT * FROM {sql}", read="duckdb").args["from_"].this
+
+
+def duckdb_sql(sql: str) -> str:
+    """An MV's SQL (RisingWave's dialect) for DuckDB, with its window table functions expanded."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    for t in list(tree.find_all(exp.Table)):
+        if isinstance(t.this, exp.Anonymous) and t.this.name.lower() in ("tumble", "hop"):
+            t.replace(_window(t.this, t.alias or t.this.expressions[0].name))
+    return tree.sql(dialect="duckdb")
+
+
 def sql_literal(v) -> str:
     if v is None:
         return "NULL"
+    if isinstance(v, datetime):
+        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
     if isinstance(v, str):
         return "'" + v.replace("'", "''") + "'"
     return str(v)

@@ -6,6 +6,8 @@ with either strategy."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,8 @@ TABLES = [
     ("CREATE TABLE dim (g int, name varchar, w int, PRIMARY KEY (g))",
      "dim", "g INTEGER, name VARCHAR, w INTEGER", ["g", "name", "w"], ["g"]),
     ("CREATE TABLE e (g int, v int) APPEND ONLY", "e", "g INTEGER, v INTEGER", ["g", "v"], []),
+    ("CREATE TABLE ev (id int, g int, v int, ts timestamp, PRIMARY KEY (id))",
+     "ev", "id INTEGER, g INTEGER, v INTEGER, ts TIMESTAMP", ["id", "g", "v", "ts"], ["id"]),
 ]
 
 AGG_MVS = [
@@ -46,11 +50,24 @@ JOIN_MVS = [
     ("j_comma", "SELECT f.id, dim.w FROM f, dim WHERE f.g = dim.g AND f.v > dim.w"),
 ]
 
+WINDOW_MVS = [
+    ("w_tumble", "SELECT window_start, window_end, g, count(*) AS n, sum(v) AS s, max(v) AS mx "
+                 "FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, g"),
+    ("w_hop", "SELECT window_start, count(*) AS n, min(v) AS mn, count(DISTINCT g) AS gs "
+              "FROM HOP(ev, ts, INTERVAL '5' SECOND, INTERVAL '15' SECOND) GROUP BY window_start"),
+    ("w_join", "SELECT w.window_start, dim.name, w.n FROM (SELECT window_start, g, count(*) AS n "
+               "FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_start, g) w JOIN dim ON w.g = dim.g"),
+    ("w_rows", "SELECT id, window_start, window_end FROM HOP(ev, ts, INTERVAL '10' SECOND, INTERVAL '20' SECOND) "
+               "WHERE v > 0"),
+]
+
+T0 = datetime(2026, 1, 1)
 ids = st.integers(0, 10)
 groups = st.one_of(st.none(), st.integers(0, 3))
 ints = st.one_of(st.none(), st.integers(-3, 12))
 decs = st.one_of(st.none(), st.sampled_from(["1.25", "2.50", "-3.10", "0.00"]))
 names = st.one_of(st.none(), st.sampled_from(["x", "y", "z"]))
+times = st.one_of(st.none(), st.builds(lambda s: T0 + timedelta(seconds=s / 2), st.integers(-20, 80)))
 
 stmt = st.one_of(
     st.tuples(st.just("insert"), st.just("f"),
@@ -58,6 +75,10 @@ stmt = st.one_of(
     st.tuples(st.just("insert"), st.just("dim"),
               st.lists(st.tuples(st.integers(0, 4), names, st.integers(0, 2)), min_size=1, max_size=3)),
     st.tuples(st.just("insert"), st.just("e"), st.lists(st.tuples(groups, ints), min_size=1, max_size=4)),
+    st.tuples(st.just("insert"), st.just("ev"), st.lists(st.tuples(ids, groups, ints, times), min_size=1, max_size=5)),
+    st.builds(lambda s, lo: ("update", "ev", {"ts": f"ts + INTERVAL '{s}' SECOND"}, f"id >= {lo}"),
+              st.integers(1, 12), ids),
+    st.builds(lambda lo, hi: ("delete", "ev", f"id BETWEEN {lo} AND {hi}"), ids, ids),
     st.builds(lambda lo, hi: ("update", "f", {"v": "v + d"}, f"id BETWEEN {lo} AND {hi}"), ids, ids),
     st.builds(lambda g, lo: ("update", "f", {"g": str(g)}, f"id >= {lo}"), st.integers(0, 3), ids),
     st.builds(lambda lo, hi: ("delete", "f", f"id BETWEEN {lo} AND {hi}"), ids, ids),
@@ -113,3 +134,10 @@ def test_aggregates_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs,
        late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_joins_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
     run(spark, tmp_path_factory, JOIN_MVS, epochs, late, strategy)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
+@given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
+       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
+def test_windows_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
+    run(spark, tmp_path_factory, WINDOW_MVS, epochs, late, strategy)

@@ -22,8 +22,8 @@ def test_show_describe_drop_and_select(session):
     jobs = {r[1]: r for r in rows_of(session.sql("SHOW JOBS"))}
     assert jobs["m"][3] == "snapshot" and jobs["m"][4] == "created" and jobs["t"][2] == "table"
     # m does not select t's key k: it is kept as a hidden key column; mm's `*` sees only g and v10
-    assert rows_of(session.sql("DESCRIBE m")) == [("g", "varchar", False, False), ("v10", "double", False, False),
-                                                  ("k", "int", True, True)]
+    assert rows_of(session.sql("DESCRIBE m")) == [("g", "varchar", False, False, None),
+                                                  ("v10", "double", False, False, None), ("k", "int", True, True, None)]
     assert [r[0] for r in rows_of(session.sql("DESCRIBE mm")) if not r[3]] == ["g", "v10"]
     result = session.sql("SELECT g, sum(v10) AS s FROM mm GROUP BY g ORDER BY g")
     assert isinstance(result, DataFrame) and rows_of(result) == [("a", 35.0)]

@@ -30,11 +30,11 @@ from sparkwave.spark import configure, create_spark
 from sparkwave.storage.compaction import compact, write_base
 from sparkwave.storage.retention import apply_retention
 from sparkwave.storage.schema import Column, Schema, parse_type
-from sparkwave.storage.state import state_name
+from sparkwave.storage.state import state_name, state_relations
 from sparkwave.storage.warehouse import Warehouse
 from sparkwave.stream.backfill import snapshot_rows
 from sparkwave.stream.dataflow import Dataflow
-from sparkwave.stream.plan import state_schemas
+from sparkwave.stream.plan import state_purpose, state_schemas
 from sparkwave.stream.project_filter import ProjectFilter
 
 log = logging.getLogger("sparkwave")
@@ -283,9 +283,14 @@ class Session:
             "held_back int, error string")
 
     def _do_describe(self, stmt: Statement) -> DataFrame:
+        """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
         rel = self.rt.relation(stmt.args["name"])
-        rows = [(c.name, c.type.name, c.name in rel.schema.key, c.hidden) for c in rel.schema.columns]
-        return self.spark.createDataFrame(rows, "name string, type string, is_key boolean, is_hidden boolean")
+        rows = [(c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
+        for state in state_relations(self.rt, rel):
+            suffix = state.name.split(".", 1)[1]
+            rows.append((state.name, "internal table", None, None, state_purpose(suffix, state.schema.key)))
+        return self.spark.createDataFrame(
+            rows, "name string, type string, is_key boolean, is_hidden boolean, description string")
 
     def _do_query(self, stmt: Statement) -> DataFrame:
         assert stmt.ast is not None

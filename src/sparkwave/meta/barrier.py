@@ -102,6 +102,7 @@ class BarrierLoop:
         self._flush_requests = 0
         self._nudged = False
         self.busy_at = 0.0  # when an epoch last carried input
+        self.started_at = time.time()  # a source's first epoch covers the time since
         self.jobs: CreatingJobs | None = None  # set by the session: mutations and the lag rule ride on barriers
 
     # --- thread --------------------------------------------------------------------------------
@@ -207,11 +208,11 @@ class BarrierLoop:
 
     def _plan(self, e: _Epoch) -> list[int]:
         sources: dict[str, dict[str, list[int]]] = {}
-        # A source's rate is per second of wall time since the previous epoch (at most one barrier
-        # interval's worth); the offsets become part of the persisted plan, so a replay reads the
-        # same rows.
-        last = self.rt.catalog.last_planned_at()
-        elapsed_ms = self.interval_ms if last == 0 else min(self.interval_ms, max(0, (time.time() - last) * 1000))
+        # A source's rate is per second of wall time since the previous epoch (or since the loop
+        # started; at most one barrier interval's worth); the offsets become part of the persisted
+        # plan, so a replay reads the same rows.
+        since = self.rt.catalog.last_planned_at() or self.started_at
+        elapsed_ms = min(self.interval_ms, max(0, (time.time() - since) * 1000))
         for rel in self.rt.catalog.relations():
             conn = self.rt.connector(rel)
             if conn is None:

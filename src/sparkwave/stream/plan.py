@@ -15,6 +15,7 @@ node's output (a scan's upstream key, a join's two keys, an aggregate's group).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,18 @@ def agg_partials(agg: Node) -> list[tuple[str, str]]:
         else:
             cols.append((f"p{i}", "bigint"))
     return cols
+
+
+def state_purpose(suffix: str, key: tuple[str, ...]) -> str:
+    """What a state table holds, for DESCRIBE."""
+    if m := re.fullmatch(r"j(\d+)([lr])", suffix):
+        side = "left" if m.group(2) == "l" else "right"
+        return f"{side} input of join {m.group(1)}, arranged by join key ({', '.join(key)})"
+    if m := re.fullmatch(r"a(\d+)v\d+", suffix):
+        return f"value counts of aggregate {m.group(1)} per ({', '.join(key)}), for min/max/count distinct"
+    if m := re.fullmatch(r"a(\d+)", suffix):
+        return f"partial aggregates of aggregate {m.group(1)} per group ({', '.join(key)})"
+    return "operator state"
 
 
 def state_schemas(root: Node) -> dict[str, Schema]:
