@@ -45,3 +45,22 @@ def test_mv_key_follows_upstream_through_updates(session):
     assert sorted(rows_of(session.table("m"))) == [(1, "W"), (1, "Z"), (2, "W")]
     key = [r[0] for r in rows_of(session.sql("DESCRIBE m")) if r[2]]
     assert key == ["bb", "a"]  # b is selected (as bb); a is kept hidden
+
+
+def test_describe_lists_internal_state_tables(session):
+    session.sql("CREATE TABLE f (id int, g int, v int, PRIMARY KEY (id)); "
+                "CREATE TABLE dim (g int, name varchar, PRIMARY KEY (g)); "
+                "CREATE MATERIALIZED VIEW j AS SELECT dim.name, count(*) AS n, max(f.v) AS mx "
+                "FROM f JOIN dim ON f.g = dim.g GROUP BY dim.name")
+    session.sql("INSERT INTO f VALUES (1, 1, 5), (2, 1, 7); INSERT INTO dim VALUES (1, 'a')")
+    session.flush()
+    rows = rows_of(session.sql("DESCRIBE j"))
+    assert [(r[0], r[2]) for r in rows if r[1] != "internal table"] == [("name", True), ("n", False), ("mx", False)]
+    internal = {r[0]: r[4] for r in rows if r[1] == "internal table"}
+    assert len(internal) == 4 and all(name.startswith("j.") for name in internal)
+    assert sorted(d.split(" ")[0] for d in internal.values()) == ["left", "partial", "right", "value"]
+    assert any("arranged by join key" in d and "g" in d for d in internal.values())
+    assert rows_of(session.table("j")) == [("a", 2, 7)]
+    session.sql("DROP MATERIALIZED VIEW j")
+    assert {r.name for r in session.catalog.relations(internal=True)} == {"f", "dim"}
+    assert not session.warehouse.relation_dir("j").exists()

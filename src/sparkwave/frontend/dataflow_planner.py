@@ -18,13 +18,13 @@ from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
 from sparkwave.errors import CatalogError, SqlError
+from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.catalog import Relation
 from sparkwave.storage.schema import Column, Schema, from_spark
 from sparkwave.stream.plan import Agg, Node
 
 SYSTEM_NAMES = {"_epoch", "_seq", "_op", "_vnode", "_w"}
-NON_DETERMINISTIC = (exp.Rand, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Uuid)
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 _JOIN_TYPES = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
 _UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
@@ -107,20 +107,7 @@ class DataflowPlanner:
     def select(self, q: exp.Expression) -> tuple[Node, list[tuple[str, str]]]:
         if not isinstance(q, exp.Select):
             raise self.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
-        for arg, clause in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
-            if q.args.get(arg):
-                raise self.err(f"unsupported clause {clause} in a materialized view: it needs a group top-n, "
-                               "which is not supported", clause)
-        for arg, clause in (("with", "WITH"), ("qualify", "QUALIFY")):
-            if q.args.get(arg):
-                raise self.err(f"unsupported clause {clause} in a materialized view", clause)
-        if q.find(exp.Window):
-            raise self.err("unsupported window function (OVER ...) in a materialized view; time windows are the "
-                           "TUMBLE and HOP table functions", "OVER")
-        for n in q.find_all(*NON_DETERMINISTIC):
-            word = n.sql(dialect="postgres").split("(")[0]
-            raise self.err(f"non-deterministic function {n.sql(dialect='postgres')} is not allowed in a "
-                           "materialized view", word)
+        check_shape(self.stmt, q)
         src = q.args.get("from_") or q.args.get("from")
         if src is None:
             raise self.err("a materialized view needs a FROM clause", "SELECT")

@@ -13,19 +13,13 @@ from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
 from sparkwave.errors import CatalogError
+from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.catalog import Relation
 from sparkwave.storage.schema import Column, Schema, from_spark
 from sparkwave.stream.project_filter import ProjectFilter
 
 SYSTEM_NAMES = {"_epoch", "_seq", "_op", "_vnode"}
-
-_UNSUPPORTED_CLAUSES = [
-    ("joins", "JOIN"), ("group", "GROUP BY"), ("having", "HAVING"), ("order", "ORDER BY"), ("limit", "LIMIT"),
-    ("offset", "OFFSET"), ("distinct", "DISTINCT"), ("with", "WITH"), ("qualify", "QUALIFY"),
-]
-_NON_DETERMINISTIC = (exp.Rand, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Uuid)
-
 
 @dataclass(frozen=True)
 class MvPlan:
@@ -43,17 +37,7 @@ def plan_mv(stmt: Statement, query: exp.Expression, lookup, spark: SparkSession)
     if not isinstance(query, exp.Select):
         raise stmt.error(f"unsupported query shape {type(query).__name__} in a materialized view; "
                          "expected SELECT ... FROM ... [WHERE ...]")
-    for arg, clause in _UNSUPPORTED_CLAUSES:
-        if query.args.get(arg):
-            raise stmt.error(f"unsupported clause {clause} in a materialized view", clause)
-    for node in query.find_all(exp.AggFunc):
-        raise stmt.error(f"unsupported aggregate {node.sql(dialect='postgres')} in a materialized view",
-                         node.sql(dialect="postgres").split("(")[0])
-    if query.find(exp.Window):
-        raise stmt.error("unsupported window function in a materialized view", "OVER")
-    for node in query.find_all(*_NON_DETERMINISTIC):
-        raise stmt.error(f"non-deterministic function {node.sql(dialect='postgres')} is not allowed in a "
-                         "materialized view", node.sql(dialect="postgres").split("(")[0])
+    check_shape(stmt, query)
     if query.find(exp.Subquery, exp.Exists):
         raise stmt.error("unsupported subquery in a materialized view", "SELECT")
     source = query.args.get("from_") or query.args.get("from")
