@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkwave import CatalogError, DataError, NotRetainedError, SqlError
+from sparkwave import CatalogError, DataError, NotRetainedError, PipelineError, SqlError
 from tests.oracle import rows_of
 
 
@@ -144,6 +144,8 @@ def test_creating_jobs_refuse_what_they_cannot_do_and_leave_data_intact(loaded):
     with pytest.raises(CatalogError, match="no job with id 42"):
         s.sql(f"CANCEL JOBS {s.catalog.job_of('c').id}, 42")
     assert s.catalog.job_of("c").creating  # a statement with a bad id cancels nothing
+    with pytest.raises(PipelineError, match=r"paused .* would never end; resume with ALTER MATERIALIZED VIEW c"):
+        s.sql("WAIT")
     s.sql("DROP MATERIALIZED VIEW c")  # dropping a creating job cancels it
     assert s.catalog.relation("c") is None and not s.warehouse.relation_dir("c").exists()
     still_usable(s)

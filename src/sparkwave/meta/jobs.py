@@ -220,6 +220,12 @@ class CreatingJobs:
                 on_progress()
             if all(not jobs[i].creating for i in ids):
                 return
+            waiting = [jobs[i] for i in ids if jobs[i].creating]
+            if all(j.rate_limit == 0 for j in waiting) and not self.rt.catalog.pending_requests():
+                names = ", ".join(f"{j.id} ({j.relation})" for j in waiting)
+                raise PipelineError(f"creating job(s) {names} are paused (BACKFILL_RATE_LIMIT = 0), so this wait "
+                                    f"would never end; resume with ALTER MATERIALIZED VIEW {waiting[0].relation} "
+                                    "SET BACKFILL_RATE_LIMIT = DEFAULT")
             self.wait(generation, 0.5)
 
     # --- the main graph's side of the lag rule -----------------------------------------------------

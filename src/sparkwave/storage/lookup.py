@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from sparkwave.meta.catalog import Catalog
+from sparkwave.storage.file_index import candidate_groups, file_index, read_groups
 from sparkwave.storage.schema import Schema
 from sparkwave.storage.table import base_arrow_schema, log_arrow_schema
 from sparkwave.stream.chunk import Op, first_last
@@ -21,9 +22,12 @@ from sparkwave.stream.zset import ns_join
 def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Table,
            by: list[str] | None = None) -> pa.Table:
     """Rows `| _vnode | columns |` that exist as of `epoch` and whose `by` columns (default: the
-    key) equal a row of `keys`; NULL matches NULL."""
+    key) equal a row of `keys`; NULL matches NULL. `keys` may carry the keys' `_vnode`: a table's
+    base is sorted by vnode first, so it selects row groups."""
     key = list(schema.key)
     by = by or key
+    index_by = ["_vnode", *by] if "_vnode" in keys.column_names else by
+    index_keys = keys.select(index_by)
     keys = keys.select(by).group_by(by, use_threads=False).aggregate([])
     cols = ["_vnode", *schema.names]
     base = catalog.base_at(name, epoch)
@@ -35,7 +39,8 @@ def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Tab
         if values.null_count:
             term = term | pc.field(k).is_null()
         expr = term if expr is None else expr & term
-    found = ns_join(_read(base.files if base else [], base_arrow_schema(schema), expr), keys, by, "left semi")
+    found = ns_join(_read_base(base.files if base else [], base_arrow_schema(schema), expr, index_keys, index_by),
+                    keys, by, "left semi")
     log_files = [p for _, p in catalog.log_files(name, c, epoch)]
     log = _read(log_files, log_arrow_schema(schema), expr)
     if log.num_rows == 0:
@@ -44,6 +49,16 @@ def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Tab
     live = latest.filter(pc.is_in(latest["_op"], pa.array([int(Op.INSERT), int(Op.UPDATE_INSERT)], pa.int8())))
     kept = ns_join(found, latest.select(key), key, "left anti")
     return pa.concat_tables([kept.select(cols), live.select(cols).cast(kept.select(cols).schema)])
+
+
+def _read_base(files: list[str], schema: pa.Schema, expr: pc.Expression | None, keys: pa.Table,
+               by: list[str]) -> pa.Table:
+    parts = []
+    for path in files:
+        index = file_index(path)
+        t = read_groups(index, candidate_groups(index, keys, by), schema)
+        parts.append(t.filter(expr) if expr is not None and t.num_rows else t)
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def _read(files: list[str], schema: pa.Schema, expr: pc.Expression | None) -> pa.Table:

@@ -32,7 +32,7 @@ def materialize_table(intents: pa.Table, schema: Schema, epoch: int,
     if schema.append_only:
         ops = pa.array([int(Op.INSERT)] * intents.num_rows, pa.int8())
         return log_rows(intents.set_column(intents.schema.get_field_index("_op"), "_op", ops), schema, epoch)
-    old = lookup(intents.select(list(schema.key)))
+    old = lookup(intents.select(["_vnode", *schema.key]))  # the vnode narrows the row groups read
     old = old.append_column("_op", pa.array([int(Op.UPDATE_DELETE)] * old.num_rows, pa.int8())) \
              .append_column("_seq", pa.array([-1] * old.num_rows, pa.int64()))
     names = ["_op", "_seq", "_vnode", *schema.names]
