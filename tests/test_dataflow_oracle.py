@@ -122,14 +122,14 @@ def check(session: sparkwave.Session, model: Model, epoch: int, names: list[str]
         assert got == want, f"MV {name} differs from DuckDB at epoch {epoch}: extra {got - want}, missing {want - got}"
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
        late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_aggregates_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
     run(spark, tmp_path_factory, AGG_MVS, epochs, late, strategy)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
        late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_joins_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):

@@ -36,7 +36,7 @@ def test_nexmark_queries_equal_duckdb_created_before_and_mid_stream(spark, tmp_p
         for q, sql in QUERIES.items():
             s.sql(f"CREATE MATERIALIZED VIEW {q} AS {sql}")
         early = {q: q for q in QUERIES}
-        for _ in range(3):
+        for _ in range(2):
             check(s, s.flush(), early)
         assert all(s.table(q).count() > 0 for q in ("q0", "q3", "q4", "q5", "q7", "q8"))
 

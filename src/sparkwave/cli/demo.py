@@ -8,28 +8,22 @@ import time
 from rich.console import Console
 
 import sparkwave
+from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
 from sparkwave.meta.barrier import EpochReport
-
-NEXMARK_TABLES = """
-CREATE TABLE person (id bigint, name varchar, email_address varchar, credit_card varchar, city varchar,
-    state varchar, date_time timestamp, extra varchar, PRIMARY KEY (id))
-    WITH (connector = 'nexmark', nexmark.table.type = 'person', nexmark.rows.per.second = '50');
-CREATE TABLE auction (id bigint, item_name varchar, description varchar, initial_bid bigint, reserve bigint,
-    date_time timestamp, expires timestamp, seller bigint, category bigint, extra varchar, PRIMARY KEY (id))
-    WITH (connector = 'nexmark', nexmark.table.type = 'auction', nexmark.rows.per.second = '150');
-CREATE TABLE bid (auction bigint, bidder bigint, price bigint, channel varchar, url varchar,
-    date_time timestamp, extra varchar)
-    WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.rows.per.second = '2300');
-"""
 
 FIRST_MVS = """
 CREATE MATERIALIZED VIEW bids_above_90k AS
     SELECT auction, bidder, price, date_time FROM bid WHERE price > 90000;
 CREATE MATERIALIZED VIEW bids_in_euro AS
     SELECT auction, bidder, CAST(price * 0.908 AS decimal(18, 2)) AS price_eur, channel FROM bid;
-CREATE MATERIALIZED VIEW west_coast_people AS
-    SELECT id, name, city, state FROM person WHERE state IN ('CA', 'OR', 'WA');
+CREATE MATERIALIZED VIEW west_coast_sellers AS
+    SELECT p.state, count(*) AS auctions, count(DISTINCT p.id) AS sellers, max(a.initial_bid) AS top_initial
+    FROM auction a JOIN person p ON a.seller = p.id WHERE p.state IN ('CA', 'OR', 'WA') GROUP BY p.state;
+CREATE MATERIALIZED VIEW busiest_auctions_10s AS
+    SELECT auction, window_start, count(*) AS bids, max(price) AS top
+    FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY auction, window_start HAVING count(*) >= 3;
 """
+LATE_MV = "avg_winning_bid_per_category"  # Nexmark q4: a join under two aggregates
 
 
 
@@ -42,7 +36,7 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
     session: list[sparkwave.Session] = []
 
     def on_epoch(r: EpochReport) -> None:
-        out = ", ".join(f"{k} +{v}" for k, v in r.rows_out.items())
+        out = ", ".join(f"{k} +{v}" for k, v in r.rows_out.items() if "." not in k)  # state tables aside
         jobs = "".join(f"\n    [magenta]creating {j.name}: {j.phase} {j.percent:.0f}% "
                        f"({j.rows_done:,}/{j.rows_total:,} rows, {j.rows_per_second:,.0f} rows/s), "
                        f"lag {j.lag_epochs} epochs[/]" for j in (session[0].jobs() if session else []) if j.creating)
@@ -53,21 +47,20 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
     with sparkwave.connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
         session.append(s)
         try:
-            s.sql(NEXMARK_TABLES)
+            s.sql(tables_sql(2300))
             s.sql(FIRST_MVS)
             console.print("[bold]pipeline running:[/] tables person, auction, bid; MVs bids_above_90k, bids_in_euro, "
-                          "west_coast_people")
+                          "west_coast_sellers (join + aggregate), busiest_auctions_10s (TUMBLE window)")
             while time.time() - started < seconds / 2:
                 time.sleep(0.2)
-            console.print("[bold magenta]creating MV high_bids_by_channel on the live pipeline (snapshot "
+            console.print(f"[bold magenta]creating MV {LATE_MV} (Nexmark q4) on the live pipeline (snapshot "
                           "backfill in the background; the pipeline keeps committing) ...[/]")
             t0 = time.time()
             s.sql("SET background_ddl = true; SET backfill_chunk_rows = 20000")
-            s.sql("CREATE MATERIALIZED VIEW high_bids_by_channel AS "
-                  "SELECT auction, price, upper(channel) AS channel FROM bid WHERE price > 50000")
+            s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV} AS {QUERIES['q4']}")
             s.wait()
-            job = next(j for j in s.jobs() if j.name == "high_bids_by_channel")
-            console.print(f"[bold magenta]high_bids_by_channel joined the pipeline at epoch {job.merged_epoch} "
+            job = next(j for j in s.jobs() if j.name == LATE_MV)
+            console.print(f"[bold magenta]{LATE_MV} joined the pipeline at epoch {job.merged_epoch} "
                           f"after {time.time() - t0:.1f} s ({job.rows_total:,} snapshot rows)[/]")
             while time.time() - started < seconds:
                 time.sleep(0.2)
@@ -79,8 +72,13 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
 
         counts = [{"relation": r.name, "rows": s.table(r.name).count()} for r in s.catalog.relations()]
         print_frame(console, counts, ["relation", "rows"], title="rows per relation")
-        for mv in [m for m in ("bids_above_90k", "high_bids_by_channel") if s.catalog.relation(m)]:
-            df = s.sql(f"SELECT * FROM {mv} ORDER BY price DESC LIMIT 5")
+        for title, query in [("bids_above_90k: top 5 by price",
+                              "SELECT * FROM bids_above_90k ORDER BY price DESC LIMIT 5"),
+                             ("west_coast_sellers", "SELECT * FROM west_coast_sellers ORDER BY state"),
+                             (f"{LATE_MV} (Nexmark q4)", f"SELECT * FROM {LATE_MV} ORDER BY category")]:
+            if s.catalog.relation(query.split(" FROM ")[1].split()[0]) is None:
+                continue
+            df = s.sql(query)
             assert df is not None
-            print_frame(console, df.toArrow().to_pylist(), df.columns, title=f"{mv}: top 5 by price")
+            print_frame(console, df.toArrow().to_pylist(), df.columns, title=title)
     return 0

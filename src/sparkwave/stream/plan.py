@@ -143,7 +143,7 @@ def state_purpose(suffix: str, key: tuple[str, ...]) -> str:
     """What a state table holds, for DESCRIBE."""
     if m := re.fullmatch(r"j(\d+)([lr])", suffix):
         side = "left" if m.group(2) == "l" else "right"
-        return f"{side} input of join {m.group(1)}, arranged by join key ({', '.join(key)})"
+        return f"{side} input of join {m.group(1)}, arranged by join key, then row key: ({', '.join(key)})"
     if m := re.fullmatch(r"a(\d+)v\d+", suffix):
         return f"value counts of aggregate {m.group(1)} per ({', '.join(key)}), for min/max/count distinct"
     if m := re.fullmatch(r"a(\d+)", suffix):
