@@ -111,3 +111,37 @@ def test_all_types_round_trip(session):
     assert rows_of(session.table("m"))[0][1] == __import__("decimal").Decimal("6.250")
     described = {r[0]: r[1] for r in rows_of(session.sql("DESCRIBE t"))}
     assert described["n"] == "decimal(10,3)" and described["tz"] == "timestamptz"
+
+
+def test_point_lookups_read_only_the_row_groups_of_wanted_keys(tmp_path):
+    """A sorted base in small row groups: a lookup of a few keys reads a few groups, whatever the
+    file's size; NULL keys and (vnode, key) ordering are honoured."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparkwave.storage.file_index import candidate_groups, file_index, read_groups
+
+    n = 50_000
+    vnodes = [i * 8 // n for i in range(n)]  # sorted by vnode, then key within a vnode
+    keys = [(i * 7919) % n for i in range(n)]
+    order = sorted(range(n), key=lambda i: (vnodes[i], keys[i]))
+    t = pa.table({"_vnode": pa.array([vnodes[i] for i in order], pa.int16()),
+                  "k": pa.array([keys[i] for i in order] [:-1] + [None], pa.int64()),
+                  "v": pa.array([f"v{keys[i]}" for i in order])})
+    path = str(tmp_path / "base.parquet")
+    pq.write_table(t, path, row_group_size=512)
+    index = file_index(path)
+    assert index.metadata.num_row_groups == 98
+
+    wanted = t.take([5, 20_000, 49_000])
+    by_key = candidate_groups(index, wanted.select(["k"]), ["k"])
+    assert by_key is not None and len(by_key) > 20  # within each vnode keys span the range: no pruning
+    by_vnode = candidate_groups(index, wanted.select(["_vnode", "k"]), ["_vnode", "k"])
+    # the group of each key, plus at most the two groups straddling its vnode's boundaries
+    assert by_vnode is not None and len(by_vnode) <= 3 * 3
+    got = read_groups(index, by_vnode, t.schema)
+    assert set(wanted["k"].to_pylist()) <= set(got["k"].to_pylist())
+
+    nulls = candidate_groups(index, pa.table({"_vnode": pa.array([7], pa.int16()), "k": pa.array([None], pa.int64())}),
+                             ["_vnode", "k"])
+    assert nulls is not None and 97 in nulls and len(nulls) <= 2  # the NULL key's group (+ a boundary one)
