@@ -48,16 +48,24 @@ def main(warehouse: str, progress: str) -> None:
         s.sql("SET backfill_rate_limit = 0")
         s.sql(f"CREATE MATERIALIZED VIEW {JOB[0]} AS {JOB[1]}")
         s.sql("SET backfill_rate_limit = default")
-        for i in range(BATCHES):
-            if i == 3:
-                s.sql(f"ALTER MATERIALIZED VIEW {JOB[0]} SET BACKFILL_RATE_LIMIT = DEFAULT")
-            for j, st in enumerate(batch(i)):
-                s.sql(to_sql(st))
-                with open(progress, "a") as f:
-                    f.write(f"{i} {j}\n")
-            s.flush()
-        s.sql("WAIT")
+        run_batches(s, progress, BATCHES, batch, resume_at=3, jobs=[JOB[0]])
+
+
+def run_batches(s: sparkwave.Session, progress: str, batches: int, batch, resume_at: int,  # type: ignore[no-untyped-def]
+                jobs: list[str]) -> None:
+    """Apply each batch's statements, acknowledging each in `progress` as `i j`, flush after each
+    batch, resume the paused `jobs` before batch `resume_at`, then wait for them."""
+    for i in range(batches):
+        if i == resume_at:
+            for name in jobs:
+                s.sql(f"ALTER MATERIALIZED VIEW {name} SET BACKFILL_RATE_LIMIT = DEFAULT")
+        for j, st in enumerate(batch(i)):
+            s.sql(to_sql(st))
+            with open(progress, "a") as f:
+                f.write(f"{i} {j}\n")
         s.flush()
+    s.sql("WAIT")
+    s.flush()
 
 
 if __name__ == "__main__":

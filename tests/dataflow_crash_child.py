@@ -12,7 +12,8 @@ import sys
 
 import sparkwave
 from sparkwave.spark import create_spark
-from tests.oracle import to_sql, values_sql
+from tests.backfill_crash_child import run_batches
+from tests.oracle import values_sql
 
 F_SEED = [(k, k % 7, (k * 13) % 50) for k in range(150)]
 DIM_SEED = [(g, f"n{g % 4}") for g in range(6)]
@@ -56,17 +57,7 @@ def main(warehouse: str, progress: str) -> None:
         for name, sql in JOBS.items():
             s.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
         s.sql("SET backfill_rate_limit = default")
-        for i in range(BATCHES):
-            if i == 2:
-                for name in JOBS:
-                    s.sql(f"ALTER MATERIALIZED VIEW {name} SET BACKFILL_RATE_LIMIT = DEFAULT")
-            for j, st in enumerate(batch(i)):
-                s.sql(to_sql(st))
-                with open(progress, "a") as f:
-                    f.write(f"{i} {j}\n")
-            s.flush()
-        s.sql("WAIT")
-        s.flush()
+        run_batches(s, progress, BATCHES, batch, resume_at=2, jobs=list(JOBS))
 
 
 if __name__ == "__main__":
