@@ -50,3 +50,9 @@ def test_nexmark_queries_equal_duckdb_created_before_and_mid_stream(spark, tmp_p
         for epoch in [*during, s.flush(), s.flush()]:
             check(s, epoch, early | {mv: q for mv, q in late.items() if created[mv] <= epoch})
         assert all(created[mv] <= s.committed_epoch for mv in late)
+        # a job over several upstreams pinned them at one epoch and counted every snapshot's rows
+        for job in (j for j in s.jobs() if j.name in late):
+            ups = s.catalog.relation(job.name).upstreams
+            rows = sum(s.table(u, as_of=job.created_epoch).count() for u in ups)
+            assert job.rows_total == job.rows_done == rows, (job.name, ups, job.rows_total, rows)
+        assert sorted(s.catalog.relation("q3_late").upstreams) == ["auction", "person"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +23,11 @@ class _Column:
     mins: np.ndarray
     maxs: np.ndarray
     nulls: np.ndarray  # bool: the group may hold NULLs
+
+    @cached_property
+    def single(self) -> np.ndarray:
+        """bool: the group holds one value only (so a next sort column's range is tight within it)."""
+        return np.array([a is not None and a == b for a, b in zip(self.mins, self.maxs, strict=True)], dtype=bool)
 
 
 @dataclass
@@ -101,7 +106,7 @@ def candidate_groups(index: FileIndex, keys: pa.Table, by: list[str]) -> list[in
         hit = _hits(col, wanted, first.null_count > 0)
         second = index.column(by[1]) if len(by) > 1 else None
         if second is not None and hit.any():
-            single = np.array([a is not None and a == b for a, b in zip(col.mins, col.maxs, strict=True)])
+            single = col.single
             for value in {col.mins[g] for g in np.flatnonzero(hit & single)}:
                 rows = keys.filter(pc.equal(first, pa.scalar(value, first.type)))[by[1]]
                 inner = sorted(v for v in pc.unique(rows).to_pylist() if v is not None)
