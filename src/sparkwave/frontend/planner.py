@@ -1,119 +1,548 @@
-"""Planning `CREATE MATERIALIZED VIEW ... AS SELECT <expressions> FROM <relation> [WHERE ...]`.
+"""Planning `CREATE MATERIALIZED VIEW ... AS SELECT` into an operator tree (`stream/plan.py`): the one
+planner of every MV, from a projection of one table to joins, aggregates and time windows.
 
-The result is the MV's schema and a ProjectFilter of Spark SQL expressions. The MV's key derives
-from its upstream's: an upstream key column the query selects as it is becomes the MV's key
-column under its output name; one it does not select is kept as a hidden column."""
+Accepted: `SELECT [DISTINCT] ... FROM item [, item | [INNER|LEFT|RIGHT|FULL] JOIN item ON ...]*
+[WHERE ...] [GROUP BY ...] [HAVING ...]`, where an item is a table or MV, `TUMBLE(t, time, size)`,
+`HOP(t, time, slide, size)` or a subquery of the same form. Joins need at least one equality
+between the two sides; other conditions of an inner join are evaluated after it. Predicates on one
+scanned relation are pushed into its scan when every join is inner.
+
+The MV's key derives from its upstreams': the key of the tree's root (a scan's upstream key, a
+join's two keys, an aggregate's group). A key column the query selects as it is becomes the MV's
+key column under its output name; one it does not select is kept as a hidden column, named after
+the column it comes from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import re
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
-from sparkwave.errors import CatalogError
+from sparkwave.errors import CatalogError, SqlError
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.catalog import Relation
-from sparkwave.storage.schema import Column, Schema, from_spark
-from sparkwave.stream.project_filter import ProjectFilter
+from sparkwave.storage.schema import RESERVED_COLUMNS, Column, Schema, from_spark
+from sparkwave.stream.plan import Agg, Node
 
-SYSTEM_NAMES = {"_epoch", "_seq", "_op", "_vnode"}
+_AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
+_JOIN_TYPES = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+_UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
+                 "day": 86400, "days": 86400}
 
-@dataclass(frozen=True)
+
+@dataclass
 class MvPlan:
-    upstream: str
+    root: Node
     schema: Schema
-    project_filter: ProjectFilter
+    outputs: list[tuple[str, str]]  # (MV column, internal column of the root), visible then hidden keys
+    upstreams: list[str]
 
 
-def spark_sql(node: exp.Expression) -> str:
-    return node.sql(dialect="spark")
+@dataclass
+class _Item:
+    """A FROM item in scope: its alias, node, and user-visible columns by name."""
+
+    alias: str
+    node: Node
+    cols: dict[str, str]  # column name -> internal name
+    order: list[str] = field(default_factory=list)  # names in SELECT * order
+    nullable: bool = False  # on the null-supplying side of an outer join
 
 
-def plan_mv(stmt: Statement, query: exp.Expression, lookup, spark: SparkSession) -> MvPlan:  # type: ignore[no-untyped-def]
-    """`lookup(name) -> Relation` raises CatalogError for unknown names."""
-    if not isinstance(query, exp.Select):
-        raise stmt.error(f"unsupported query shape {type(query).__name__} in a materialized view; "
-                         "expected SELECT ... FROM ... [WHERE ...]")
-    check_shape(stmt, query)
-    if query.find(exp.Subquery, exp.Exists):
-        raise stmt.error("unsupported subquery in a materialized view", "SELECT")
-    source = query.args.get("from_") or query.args.get("from")
-    if source is None:
-        raise stmt.error("a materialized view needs a FROM clause")
-    table = source.this
-    if not isinstance(table, exp.Table) or table.args.get("db"):
-        raise stmt.error(f"unsupported FROM item {table.sql(dialect='postgres')}; expected a table or MV name",
-                         "FROM")
-    upstream: Relation = lookup(table.name.lower())
-    qualifiers = {upstream.name, (table.alias or upstream.name).lower()}
-    visible = {c.name: c for c in upstream.schema.visible}
+class Planner:
+    def __init__(self, stmt: Statement, lookup, spark: SparkSession) -> None:  # type: ignore[no-untyped-def]
+        self.stmt = stmt
+        self.lookup = lookup
+        self.spark = spark
+        self._ids = itertools.count(1)
+        self._names = itertools.count(1)
 
-    def check_columns(node: exp.Expression, where: str) -> exp.Expression:
-        node = node.copy()
-        for col in list(node.find_all(exp.Column)):
-            if col.table and col.table.lower() not in qualifiers:
-                raise stmt.error(f"unknown table {col.table!r} in column {col.sql()!r} ({where})", col.table)
-            if col.name.lower() not in visible:
-                raise CatalogError(f"unknown column {col.name!r} in {where} of materialized view "
-                                   f"(columns of {upstream.name!r}: {', '.join(visible)}) "
-                                   f"(at {stmt.where(col.name)})")
-            col.replace(exp.column(col.name.lower(), quoted=True))
-        return node
+    def err(self, message: str, keyword: str | None = None) -> SqlError:
+        return self.stmt.error(message, keyword)
 
-    outputs: list[tuple[str, str]] = []
-    direct: dict[str, str] = {}  # upstream column -> output name, for outputs that are the column itself
-    for i, proj in enumerate(query.expressions):
-        if isinstance(proj, exp.Star) or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star)):
-            for c in upstream.schema.visible:
-                outputs.append((c.name, f"`{c.name}`"))
-                direct.setdefault(c.name, c.name)
-            continue
-        inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
-        name = (proj.alias if isinstance(proj, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else "")
-                ).lower() or _default_name(inner, i)
-        if name in SYSTEM_NAMES:
-            raise stmt.error(f"output column name {name!r} is reserved", name)
-        checked = check_columns(inner, f"SELECT item {i + 1}")
-        if isinstance(inner, exp.Column):
-            direct.setdefault(inner.name.lower(), name)
-        outputs.append((name, spark_sql(checked)))
-    names = [n for n, _ in outputs]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise stmt.error(f"duplicate output column name(s) {', '.join(dupes)} in materialized view; add aliases")
-    key: list[str] = []
-    hidden: list[tuple[str, str]] = []
-    for k in upstream.schema.key:
-        if k in direct:
-            key.append(direct[k])
+    def name(self, base: str) -> str:
+        return f"c{next(self._names)}_{re.sub(r'[^a-z0-9_]', '_', base.lower())[:40]}"
+
+    # --- entry ---------------------------------------------------------------------------------
+    def plan(self, query: exp.Expression) -> MvPlan:
+        node, outputs = self.select(query)
+        visible = [(n, i) for n, i in outputs]
+        names = [n for n, _ in visible]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise self.err(f"duplicate output column name(s) {', '.join(dupes)} in materialized view; add aliases")
+        exprs = dict(node.exprs)
+        direct = {}  # key column -> an output that is that column as it is
+        for n, i in visible:
+            if exprs.get(i, "").strip("`") in node.key and exprs[i].count("`") == 2:
+                direct.setdefault(exprs[i].strip("`"), n)
+        key: list[str] = []
+        hidden: list[tuple[str, str]] = []
+        taken = set(names)
+        for k in node.key:
+            if k in direct:
+                key.append(direct[k])
+            else:
+                hname = _hidden_name(k, taken)
+                taken.add(hname)
+                hidden.append((hname, k))
+                key.append(hname)
+        types = dict(node.columns)
+        cols = [Column(n, _sql_type(types[i])) for n, i in visible] + \
+               [Column(n, _sql_type(types[i]), hidden=True) for n, i in hidden]
+        ups = list(dict.fromkeys(s.relation for s in node.scans() if s.relation))
+        # Scans and projections of append-only inputs only ever insert: the MV is append-only too.
+        append_only = node.stateless and all(self.lookup(u).schema.append_only for u in ups)
+        return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
+
+    # --- SELECT --------------------------------------------------------------------------------
+    def select(self, q: exp.Expression) -> tuple[Node, list[tuple[str, str]]]:
+        if not isinstance(q, exp.Select):
+            raise self.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
+        check_shape(self.stmt, q)
+        src = q.args.get("from_") or q.args.get("from")
+        if src is None:
+            raise self.err("a materialized view needs a FROM clause", "SELECT")
+        items = [self.from_item(src.this)]
+        node = items[0].node
+        where = _conjuncts(q.args["where"].this) if q.args.get("where") else []
+        all_inner = True
+        for j in q.args.get("joins") or []:
+            right = self.from_item(j.this)
+            side = (j.args.get("side") or "").upper()
+            kind = (j.args.get("kind") or "").upper()
+            if kind == "CROSS" or (not j.args.get("on") and not j.args.get("using")):
+                jtype, conds, from_where = "inner", [], True
+            elif kind in ("", "INNER", "OUTER") and side in _JOIN_TYPES:
+                jtype, from_where = _JOIN_TYPES[side], False
+                if j.args.get("using"):
+                    raise self.err("JOIN ... USING is not supported in a materialized view; use ON", "USING")
+                conds = _conjuncts(j.args["on"])
+            else:
+                raise self.err(f"unsupported join {kind or side} in a materialized view", "JOIN")
+            if from_where:  # implicit join: its equalities come from WHERE
+                conds = [c for c in where if self._links(c, items, right)]
+                where = [c for c in where if c not in conds]
+            lk, rk, residual = [], [], []
+            for c in conds:
+                pair = self._key_pair(c, items, right)
+                if pair:
+                    lk.append(pair[0])
+                    rk.append(pair[1])
+                else:
+                    residual.append(c)
+            if not lk:
+                raise self.err("unsupported non-equi join: a join in a materialized view needs at least one "
+                               "equality between columns of its two sides", "JOIN" if not from_where else "FROM")
+            if jtype != "inner" and residual:
+                raise self.err(f"unsupported condition {residual[0].sql(dialect='postgres')} in the ON clause of "
+                               "an outer join: only equalities between the two sides", "ON")
+            for a, b in zip(lk, rk, strict=True):
+                ta, tb = _scope_type(items, a), right.node.type_of(b)
+                if ta != tb:
+                    raise self.err(f"join key types differ: {ta} and {tb}; cast one side in a subquery", "JOIN")
+            if jtype != "inner":
+                all_inner = False
+            for it in items:
+                it.nullable = it.nullable or jtype in ("right", "full")
+            right.nullable = right.nullable or jtype in ("left", "full")
+            node = Node(next(self._ids), "join", node.columns + right.node.columns, node.key + right.node.key,
+                        [node, right.node], join_type=jtype, left_keys=lk, right_keys=rk)
+            items.append(right)
+            where = residual + where
+        # Push single-scan predicates into their scans (only where no outer join can null them).
+        rest = []
+        for c in where:
+            owner = self._single_item(c, items)
+            if all_inner and owner is not None and owner.node.op == "scan":
+                pred = self.resolve(c, items, "WHERE")
+                s = owner.node
+                s.predicate = pred if s.predicate is None else f"({s.predicate}) AND ({pred})"
+            else:
+                rest.append(c)
+        predicate = " AND ".join(f"({self.resolve(c, items, 'WHERE')})" for c in rest) or None
+        aggs = [a for e in q.expressions for a in _agg_calls(e)]
+        having = q.args.get("having")
+        if having is not None:
+            aggs += _agg_calls(having.this)
+        if q.args.get("group") or aggs or having is not None or q.args.get("distinct"):
+            return self.aggregate(q, node, items, predicate)
+        outputs = self.outputs(q, items)
+        exprs = [(i, sql) for _, i, sql in outputs]
+        proj = self.project(node, exprs + [(k, f"`{k}`") for k in node.key], predicate, node.key)
+        return proj, [(n, i) for n, i, _ in outputs]
+
+    def outputs(self, q: exp.Select, items: list[_Item]) -> list[tuple[str, str, str]]:
+        """(output name, internal name, Spark SQL) per SELECT item, stars expanded."""
+        out: list[tuple[str, str, str]] = []
+        for i, proj in enumerate(q.expressions):
+            star = proj if isinstance(proj, exp.Star) else (
+                proj.this if isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star) else None)
+            if star is not None:
+                qual = proj.table.lower() if isinstance(proj, exp.Column) and proj.table else None
+                chosen = [it for it in items if qual is None or it.alias == qual]
+                if not chosen:
+                    raise self.err(f"unknown table {qual!r} in {proj.sql()}", qual)
+                for it in chosen:
+                    for c in it.order:
+                        out.append((c, self.name(c), f"`{it.cols[c]}`"))
+                continue
+            inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
+            name = _output_name(proj, inner, i)
+            if name in RESERVED_COLUMNS:
+                raise self.err(f"output column name {name!r} is reserved", name)
+            out.append((name, self.name(name), self.resolve(inner, items, f"SELECT item {i + 1}")))
+        return out
+
+    # --- FROM items ----------------------------------------------------------------------------
+    def from_item(self, t: exp.Expression) -> _Item:
+        if isinstance(t, exp.Subquery):
+            node, outputs = self.select(t.this)
+            alias = t.alias.lower() if t.alias else f"_subquery{node.id}"
+            return _Item(alias, node, {n: i for n, i in outputs}, [n for n, _ in outputs])
+        if isinstance(t, exp.Table) and isinstance(t.this, exp.Anonymous):
+            return self.window_item(t)
+        if not isinstance(t, exp.Table) or t.args.get("db"):
+            raise self.err(f"unsupported FROM item {t.sql(dialect='postgres')}; expected a table, an MV, TUMBLE, "
+                           "HOP or a subquery", "FROM")
+        rel = self.relation(t.name.lower())
+        return self.scan(rel, (t.alias or rel.name).lower(), None)
+
+    def relation(self, name: str) -> Relation:
+        rel: Relation = self.lookup(name)
+        if rel.state != "created":
+            raise CatalogError(f"cannot create a materialized view on {name!r}: it is itself still being created; "
+                               f"WAIT for it first (at {self.stmt.where(name)})")
+        return rel
+
+    def scan(self, rel: Relation, alias: str, window: dict | None) -> _Item:
+        exprs, cols, order, internal = [], {}, [], {}
+        for c in rel.schema.columns:
+            internal[c.name] = self.name(c.name)
+            exprs.append((internal[c.name], f"`{c.name}`"))
+            if not c.hidden:
+                cols[c.name] = internal[c.name]
+                order.append(c.name)
+        columns = [(internal[c.name], c.type.name) for c in rel.schema.columns]
+        key = [internal[k] for k in rel.schema.key]
+        if window is not None:
+            ttype = rel.schema.column(window["time"]).type.name  # type: ignore[union-attr]
+            for w in ("window_start", "window_end"):
+                if w in cols:
+                    raise self.err(f"{rel.name!r} already has a column {w!r}; the window would hide it", w)
+                internal[w] = self.name(w)
+                exprs.append((internal[w], f"`{w}`"))
+                cols[w] = internal[w]
+                order.append(w)
+                columns.append((internal[w], ttype))
+            if window["kind"] == "hop":
+                key.append(internal["window_start"])
+        node = Node(next(self._ids), "scan", columns, key, relation=rel.name, window=window, exprs=exprs)
+        return _Item(alias, node, cols, order)
+
+    def window_item(self, t: exp.Table) -> _Item:
+        fn = t.this
+        kind = fn.name.lower()
+        args = fn.expressions
+        if kind not in ("tumble", "hop"):
+            raise self.err(f"unsupported table function {fn.name}; supported: TUMBLE, HOP", fn.name)
+        want = 3 if kind == "tumble" else 4
+        if len(args) != want:
+            usage = "TUMBLE(table, time_col, size)" if kind == "tumble" else "HOP(table, time_col, slide, size)"
+            raise self.err(f"{fn.name} takes {want} arguments: {usage}", fn.name)
+        if not isinstance(args[0], exp.Column) or not isinstance(args[1], exp.Column):
+            raise self.err(f"{fn.name}'s first two arguments are a table or MV name and a time column", fn.name)
+        rel = self.relation(args[0].name.lower())
+        time_col = args[1].name.lower()
+        col = rel.schema.column(time_col)
+        if col is None or col.hidden:
+            raise CatalogError(f"unknown column {time_col!r} in {fn.name} of {rel.name!r} "
+                               f"(at {self.stmt.where(time_col)})")
+        if col.type.name not in ("timestamp", "timestamptz"):
+            raise self.err(f"{fn.name}'s time column {time_col!r} is {col.type.name}; it needs a timestamp", time_col)
+        window = {"kind": kind, "time": time_col}
+        if kind == "tumble":
+            window["size"] = self.interval(args[2], fn.name)
         else:
-            hname = k if k not in names else f"_pk_{k}"
-            hidden.append((hname, f"`{k}`"))
-            key.append(hname)
-    where = query.args.get("where")
-    predicate = spark_sql(check_columns(where.this, "WHERE")) if where is not None else None
-    pf = ProjectFilter(tuple(outputs + hidden), predicate)
-    try:
-        probe = pf.apply(spark.createDataFrame([], "_op tinyint, _seq bigint, " + upstream.schema.spark_ddl()))
-        types = {f.name: f.dataType for f in probe.schema.fields}
-    except AnalysisException as e:
-        raise stmt.error(f"cannot evaluate the materialized view's query: {_short(e)}") from None
-    hidden_names = {h for h, _ in hidden}
-    columns = tuple(Column(n, from_spark(types[n]), n in hidden_names) for n, _ in outputs + hidden)
-    return MvPlan(upstream.name, Schema(columns, tuple(key), upstream.schema.append_only), pf)
+            window["slide"], window["size"] = self.interval(args[2], fn.name), self.interval(args[3], fn.name)
+            if window["size"] % window["slide"]:
+                raise self.err(f"HOP's size ({window['size']} s) must be a multiple of its slide "
+                               f"({window['slide']} s)", fn.name)
+        return self.scan(rel, (t.alias or rel.name).lower(), window)
+
+    def interval(self, node: exp.Expression, fn: str) -> int:
+        text = None
+        if isinstance(node, exp.Interval):
+            unit = node.args.get("unit")
+            text = f"{node.this.name} {unit.name if unit else ''}".strip()
+        elif isinstance(node, exp.Literal) and node.is_string:
+            text = node.name
+        m = re.fullmatch(r"\s*(\d+)\s*([a-z]+)\s*", (text or "").lower())
+        if not m or m.group(2) not in _UNIT_SECONDS or int(m.group(1)) <= 0:
+            raise self.err(f"{fn} needs a positive interval of seconds, minutes, hours or days, "
+                           f"got {node.sql(dialect='postgres')}", fn)
+        return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+    # --- names ---------------------------------------------------------------------------------
+    def resolve(self, e: exp.Expression, items: list[_Item], where: str) -> str:
+        """`e` in Spark SQL, with every column replaced by its internal name."""
+        if e.find(exp.Subquery, exp.Exists):
+            raise self.err(f"unsupported subquery in {where}; subqueries are supported in FROM", "SELECT")
+        def swap(n: exp.Expression) -> exp.Expression:
+            if not isinstance(n, exp.Column):
+                return n
+            if isinstance(n.this, exp.Star):
+                raise self.err(f"* is not allowed in {where}")
+            return exp.column(self.internal(n, items, where), quoted=True)
+
+        return e.copy().transform(swap).sql(dialect="spark")
+
+    def internal(self, col: exp.Column, items: list[_Item], where: str) -> str:
+        name = col.name.lower()
+        if col.table:
+            q = col.table.lower()
+            found = [it for it in items if it.alias == q]
+            if not found:
+                raise self.err(f"unknown table {col.table!r} in column {col.sql()!r} ({where}); in scope: "
+                               f"{', '.join(it.alias for it in items)}", col.table)
+            if name not in found[0].cols:
+                raise CatalogError(f"unknown column {col.sql()!r} in {where} (columns of {q!r}: "
+                                   f"{', '.join(found[0].order)}) (at {self.stmt.where(col.name)})")
+            return found[0].cols[name]
+        found = [it for it in items if name in it.cols]
+        if not found:
+            known = ", ".join(f"{it.alias}.{c}" for it in items for c in it.order)
+            raise CatalogError(f"unknown column {name!r} in {where} of materialized view (in scope: {known}) "
+                               f"(at {self.stmt.where(col.name)})")
+        if len(found) > 1:
+            raise self.err(f"column {name!r} is ambiguous in {where}: it is in "
+                           f"{', '.join(it.alias for it in found)}; qualify it", col.name)
+        return found[0].cols[name]
+
+    def _owners(self, e: exp.Expression, items: list[_Item]) -> set[int]:
+        out = set()
+        for col in e.find_all(exp.Column):
+            name = col.name.lower()
+            for idx, it in enumerate(items):
+                if (not col.table or col.table.lower() == it.alias) and name in it.cols:
+                    out.add(idx)
+        return out
+
+    def _single_item(self, e: exp.Expression, items: list[_Item]) -> _Item | None:
+        owners = self._owners(e, items)
+        return items[owners.pop()] if len(owners) == 1 else None
+
+    def _links(self, c: exp.Expression, left: list[_Item], right: _Item) -> bool:
+        return self._key_pair(c, left, right) is not None
+
+    def _key_pair(self, c: exp.Expression, left: list[_Item], right: _Item) -> tuple[str, str] | None:
+        if not isinstance(c, exp.EQ) or not isinstance(c.this, exp.Column) or not isinstance(c.expression, exp.Column):
+            return None
+        for a, b in ((c.this, c.expression), (c.expression, c.this)):
+            if self._owners(a, left) and not self._owners(a, [right]) and self._owners(b, [right]) \
+                    and not self._owners(b, left):
+                return self.internal(a, left, "ON"), self.internal(b, [right], "ON")
+        return None
+
+    # --- aggregation ---------------------------------------------------------------------------
+    def aggregate(self, q: exp.Select, node: Node, items: list[_Item], predicate: str | None) -> tuple[Node, list]:
+        group_exprs: list[exp.Expression] = []
+        if q.args.get("group"):
+            for g in q.args["group"].expressions:
+                if isinstance(g, exp.Literal) and not g.is_string:
+                    idx = int(g.name) - 1
+                    if not 0 <= idx < len(q.expressions):
+                        raise self.err(f"GROUP BY position {g.name} is not in the select list", "GROUP BY")
+                    sel = q.expressions[idx]
+                    g = sel.unalias() if isinstance(sel, exp.Alias) else sel
+                group_exprs.append(g)
+        elif q.args.get("distinct"):
+            for proj in q.expressions:
+                if isinstance(proj, exp.Star) or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star)):
+                    raise self.err("SELECT DISTINCT * is not supported; name the columns", "DISTINCT")
+                group_exprs.append(proj.unalias() if isinstance(proj, exp.Alias) else proj)
+        pre: list[tuple[str, str]] = []
+        group_of: dict[str, str] = {}  # resolved SQL -> group column
+        group_cols: list[str] = []
+        for g in group_exprs:
+            sql = self.resolve(g, items, "GROUP BY")
+            if sql in group_of:
+                continue
+            internal = self.name(g.name if isinstance(g, exp.Column) else "g")
+            group_of[sql] = internal
+            group_cols.append(internal)
+            pre.append((internal, sql))
+        scalar = not group_cols
+        if scalar:
+            gcol = self.name("_g")
+            group_cols.append(gcol)
+            pre.append((gcol, "0L"))
+        aggs: list[Agg] = []
+        by_call: dict[str, str] = {}
+        arg_of: dict[str, str] = {}
+
+        def agg_for(call: exp.Expression) -> str:
+            fn = _AGGS.get(type(call))
+            if fn is None:
+                raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')} in a materialized view; "
+                               "supported: count, sum, avg, min, max, count(DISTINCT x)", call.sql_name())
+            if call.find(exp.Window):
+                raise self.err("unsupported window function (OVER ...)", "OVER")
+            arg = call.this
+            if fn == "count" and isinstance(arg, exp.Star):
+                fn, arg = "count_star", None
+            elif isinstance(arg, exp.Distinct):
+                if fn != "count" or len(arg.expressions) != 1:
+                    raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')}; DISTINCT is supported in "
+                                   "count(DISTINCT x)", "DISTINCT")
+                fn, arg = "count_distinct", arg.expressions[0]
+            arg_col = None
+            if arg is not None:
+                if arg.find(exp.AggFunc):
+                    raise self.err(f"nested aggregate in {call.sql(dialect='postgres')}", call.sql_name())
+                sql = self.resolve(arg, items, "an aggregate's argument")
+                if sql not in arg_of:
+                    arg_of[sql] = self.name("arg")
+                    pre.append((arg_of[sql], sql))
+                arg_col = arg_of[sql]
+            ident = f"{fn}({arg_col})"
+            if ident not in by_call:
+                by_call[ident] = self.name(fn)
+                aggs.append(Agg(fn, arg_col, by_call[ident], ""))
+            return by_call[ident]
+
+        def rewrite(e: exp.Expression, where: str) -> exp.Expression:
+            if isinstance(e, exp.AggFunc):
+                return exp.column(agg_for(e), quoted=True)
+            if not isinstance(e, (exp.Literal, exp.Star)) and not isinstance(e, exp.Interval):
+                try:
+                    sql = self.resolve(e, items, where)
+                except (SqlError, CatalogError):
+                    sql = None
+                if sql is not None and sql in group_of:
+                    return exp.column(group_of[sql], quoted=True)
+            if isinstance(e, exp.Column):
+                raise self.err(f"column {e.sql(dialect='postgres')} must appear in GROUP BY or be used in an "
+                               f"aggregate ({where})", e.name)
+            e = e.copy()
+            for k, v in list(e.args.items()):
+                if isinstance(v, exp.Expression):
+                    e.set(k, rewrite(v, where))
+                elif isinstance(v, list):
+                    e.set(k, [rewrite(x, where) if isinstance(x, exp.Expression) else x for x in v])
+            return e
+
+        post: list[tuple[str, str, str]] = []
+        for i, proj in enumerate(q.expressions):
+            inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
+            if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)):
+                raise self.err("SELECT * is not allowed with GROUP BY; name the columns", "*")
+            name = _output_name(proj, inner, i)
+            if name in RESERVED_COLUMNS:
+                raise self.err(f"output column name {name!r} is reserved", name)
+            post.append((name, self.name(name), rewrite(inner, f"SELECT item {i + 1}").sql(dialect="spark")))
+        having = q.args.get("having")
+        having_sql = rewrite(having.this, "HAVING").sql(dialect="spark") if having is not None else None
+        pre_node = self.project(node, pre, predicate, [])
+        for a in aggs:
+            a.type = _agg_type(self, a, pre_node)
+        gtypes = dict(pre_node.columns)
+        agg = Node(next(self._ids), "agg", [(g, gtypes[g]) for g in group_cols] + [(a.out, a.type) for a in aggs],
+                   list(group_cols), [pre_node], group=list(group_cols), aggs=aggs)
+        agg.scalar = scalar
+        exprs = [(i, sql) for _, i, sql in post] + [(g, f"`{g}`") for g in group_cols]
+        out = self.project(agg, exprs, having_sql, list(group_cols))
+        return out, [(n, i) for n, i, _ in post]
+
+    # --- projections ---------------------------------------------------------------------------
+    def project(self, child: Node, exprs: list[tuple[str, str]], predicate: str | None, key: list[str]) -> Node:
+        seen: set[str] = set()
+        uniq = [(n, e) for n, e in exprs if not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]
+        types = self.types(child, uniq, predicate)
+        return Node(next(self._ids), "project", [(n, types[n]) for n, _ in uniq], list(key), [child],
+                    exprs=uniq, predicate=predicate)
+
+    def types(self, child: Node, exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, str]:
+        ddl = ", ".join(f"`{n}` {_sql_type(t).spark}" for n, t in child.columns) or "_empty int"
+        try:
+            df = self.spark.createDataFrame([], ddl)
+            if predicate:
+                df = df.where(predicate)
+            df = df.selectExpr(*[f"{e} AS `{n}`" for n, e in exprs])
+            return {f.name: from_spark(f.dataType).name for f in df.schema.fields}
+        except AnalysisException as e:
+            msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise self.err(f"cannot evaluate the materialized view's query: {_readable(msg)}") from None
 
 
-def _default_name(node: exp.Expression, i: int) -> str:
-    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Column):
-        return node.this.name.lower()
-    if isinstance(node, exp.Func):
-        return (node.sql_name() or f"_col{i}").lower()
+def _hidden_name(internal: str, taken: set[str]) -> str:
+    """A hidden key column's name: the column it comes from (`c3_id` -> `id`), or `_pk_id`,
+    `_pk_id_2`, ... if an output already has that name."""
+    base = re.sub(r"^c\d+_", "", internal)
+    candidates = itertools.chain([base, f"_pk_{base}"], (f"_pk_{base}_{i}" for i in itertools.count(2)))
+    return next(name for name in candidates if name not in taken)
+
+
+def _readable(msg: str) -> str:
+    return re.sub(r"`?c\d+_([a-z0-9_]+)`?", r"\1", msg)
+
+
+def _sql_type(name: str):  # type: ignore[no-untyped-def]
+    from sparkwave.storage.schema import SqlType
+
+    return SqlType(name)
+
+
+def _scope_type(items: list[_Item], internal: str) -> str:
+    for it in items:
+        for n, t in it.node.columns:
+            if n == internal:
+                return t
+    raise AssertionError(f"BUG: column {internal} not in scope")
+
+
+def _agg_type(planner: Planner, a: Agg, child: Node) -> str:
+    if a.fn in ("count_star", "count", "count_distinct"):
+        return "bigint"
+    assert a.arg is not None
+    t = _sql_type(child.type_of(a.arg))
+    if a.fn in ("min", "max"):
+        return t.name
+    if not t.is_numeric:
+        raise planner.err(f"{a.fn} needs a numeric argument, got {t.name}", a.fn)
+    if a.fn == "avg":
+        return "double"
+    if t.name in ("smallint", "int", "bigint"):
+        return "bigint"
+    if t.name.startswith("decimal"):
+        return f"decimal(38,{t.name.split(',')[1]}"
+    return "double"
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    return [e]
+
+
+def _agg_calls(e: exp.Expression) -> list[exp.Expression]:
+    return list(e.find_all(exp.AggFunc))
+
+
+def _output_name(proj: exp.Expression, inner: exp.Expression, i: int) -> str:
+    if isinstance(proj, exp.Alias):
+        return proj.alias.lower()
+    if isinstance(inner, exp.Column):
+        return inner.name.lower()
+    if isinstance(inner, exp.Cast) and isinstance(inner.this, exp.Column):
+        return inner.this.name.lower()
+    if isinstance(inner, exp.Func):
+        return (inner.sql_name() or f"_col{i}").lower()
     return f"_col{i}"
-
-
-def _short(e: Exception) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return msg[:300]

@@ -17,25 +17,23 @@ from sparkwave.connectors import make_connector
 from sparkwave.errors import CatalogError, SparkwaveError, SqlError
 from sparkwave.frontend import dml
 from sparkwave.frontend.control import creating_job_of
-from sparkwave.frontend.dataflow_planner import DataflowPlanner, needs_dataflow
-from sparkwave.frontend.planner import SYSTEM_NAMES, plan_mv
+from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.catalog import Catalog, Relation
 from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
+from sparkwave.meta.locks import Locks
 from sparkwave.meta.ownership import Ownership
 from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.spark import configure, create_spark
 from sparkwave.storage.compaction import compact, write_base
 from sparkwave.storage.retention import apply_retention
-from sparkwave.storage.schema import Column, Schema, parse_type
+from sparkwave.storage.schema import RESERVED_COLUMNS, Column, Schema, parse_type
 from sparkwave.storage.state import state_name, state_relations
 from sparkwave.storage.warehouse import Warehouse
-from sparkwave.stream.backfill import snapshot_rows
 from sparkwave.stream.dataflow import Dataflow
 from sparkwave.stream.plan import state_purpose, state_schemas
-from sparkwave.stream.project_filter import ProjectFilter
 
 log = logging.getLogger("sparkwave")
 
@@ -76,11 +74,11 @@ class Session:
             self.spark = spark
             self.catalog = Catalog(self.warehouse.catalog_path)
             self.rt = Runtime(spark, self.warehouse, self.catalog)
-            self.loop = BarrierLoop(self.rt, barrier_interval_ms, on_epoch)
-            self.creating = CreatingJobs(self.rt, self.loop.lock, self.loop.nudge, self.loop)
+            self.locks = Locks()
+            self.loop = BarrierLoop(self.rt, self.locks, barrier_interval_ms, on_epoch)
+            self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop)
             self.creating.chunk_rows = int(self._setting("backfill_chunk_rows"))
             self.loop.jobs = self.creating
-            self._ddl_lock = threading.Lock()
             self._recover()
             self.loop.start()
             self.creating.resume_all()
@@ -187,17 +185,22 @@ class Session:
         done = []
         epoch = self.committed_epoch
         rels = [self._readable(name.lower())] if name else self.catalog.relations(internal=True)
-        with self._ddl_lock:
-            for rel in rels:
-                if compact(self.rt, rel, epoch):
-                    done.append(rel.name)
-                self._retain(rel)
+        for rel in rels:
+            if self._maintain(rel, epoch):
+                done.append(rel.name)
         return done
 
-    def _retain(self, rel: Relation) -> None:
-        # Between two epochs, so that no epoch is reading the files being removed.
-        with self.loop.lock:
-            apply_retention(self.rt, rel, float(self._setting("retention_seconds")))
+    def _maintain(self, rel: Relation, epoch: int) -> bool:
+        """Compact `rel` at `epoch` and apply retention; returns whether it compacted. Under the ddl
+        lock, so that a DROP waits; retention also between two epochs, so that no epoch is reading
+        the files it removes (lock order: ddl, then epoch; see meta/locks.py)."""
+        with self.locks.ddl:
+            if self.catalog.relation(rel.name) is None:  # dropped meanwhile
+                return False
+            compacted = compact(self.rt, rel, epoch)
+            with self.locks.epoch:
+                apply_retention(self.rt, rel, float(self._setting("retention_seconds")))
+        return compacted
 
     def _setting(self, key: str) -> str:
         return self.catalog.setting(f"config.{key}", SETTINGS[key][0]) or SETTINGS[key][0]
@@ -213,10 +216,7 @@ class Session:
                     base = self.catalog.base_at(rel.name, epoch)
                     n, _ = self.catalog.log_rows_since(rel.name, base.epoch if base else 0)
                     if n >= threshold:
-                        with self._ddl_lock:  # DROP must not remove a relation under us
-                            if self.catalog.relation(rel.name) is not None:
-                                compact(self.rt, rel, epoch)
-                                self._retain(rel)
+                        self._maintain(rel, epoch)
             except Exception:
                 log.exception("compaction failed; it will be retried")
 
@@ -326,7 +326,7 @@ class Session:
         for item in ast.this.expressions:
             if isinstance(item, exp.ColumnDef):
                 cname = item.this.name.lower()
-                if cname in SYSTEM_NAMES or cname == "_row_id":
+                if cname in RESERVED_COLUMNS:
                     raise stmt.error(f"column name {cname!r} is reserved", cname)
                 if any(c.name == cname for c in columns):
                     raise stmt.error(f"duplicate column {cname!r}", cname)
@@ -360,7 +360,7 @@ class Session:
         if options:
             make_connector(name, schema, options)  # validates the options
             definition["connector"] = options
-        with self.loop.lock:
+        with self.locks.epoch:
             rel = Relation(name, "table", schema, definition, self.committed_epoch)
             self.rt.stored(rel).create()
             with self.catalog.transaction() as db:
@@ -381,43 +381,19 @@ class Session:
             raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: {', '.join(STRATEGIES)}",
                              "backfill_strategy")
         assert stmt.ast is not None
-        if needs_dataflow(stmt.ast):
-            self._create_dataflow(stmt, name, strategy)
-            return
-        mv = plan_mv(stmt, stmt.ast, self.rt.relation, self.spark)
-        upstream = self.rt.relation(mv.upstream)
-        if upstream.state != "created":
-            job = self.catalog.job_of(upstream.name)
-            raise CatalogError(f"cannot create {name!r} on {upstream.name!r}: {upstream.name!r} is itself still being "
-                               f"created (job {job.id if job else '?'}); WAIT for it first (at "
-                               f"{stmt.where(upstream.name)})")
-        definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": [mv.upstream],
-                      "project_filter": mv.project_filter.to_json(), "backfill_strategy": strategy}
-        if strategy == "blocking":
-            self._create_blocking(Relation(name, "mv", mv.schema, definition, 0), mv.project_filter, upstream)
-            return
-        limit = self._setting("backfill_rate_limit")
-        with self.loop.lock:  # only to read one committed epoch S; the main graph does not wait for the backfill
-            rel = Relation(name, "mv", mv.schema, definition, self.committed_epoch, state="creating")
-            self.rt.stored(rel).create()
-            with self.catalog.transaction() as db:
-                job_id = self.creating.register(db, rel, [upstream.name])
-                if limit != "default":
-                    self.catalog.update_job(db, job_id, rate_limit=int(limit))
-        self.creating.start(job_id)
-        if self._setting("background_ddl") != "true":
-            self._wait_foreground(job_id)
-
-    def _create_dataflow(self, stmt: Statement, name: str, strategy: str) -> None:
-        """An MV with joins, aggregates or windows: its operator tree, state tables and job."""
-        assert stmt.ast is not None
-        plan = DataflowPlanner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
+        plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
+        for u in plan.upstreams:
+            upstream = self.rt.relation(u)
+            if upstream.state != "created":
+                job = self.catalog.job_of(u)
+                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is itself still being created "
+                                   f"(job {job.id if job else '?'}); WAIT for it first (at {stmt.where(u)})")
         schemas = state_schemas(plan.root)
         definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
                       "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
                       "states": list(schemas), "backfill_strategy": strategy}
         limit = self._setting("backfill_rate_limit")
-        with self.loop.lock:  # blocking: the whole build; snapshot: only to read one committed epoch S
+        with self.locks.epoch:  # blocking: the whole build; snapshot: only to read one committed epoch S
             epoch = self.committed_epoch
             state = "created" if strategy == "blocking" else "creating"
             rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
@@ -426,9 +402,13 @@ class Session:
             for t in tables:
                 self.rt.stored(t).create()
             if strategy == "blocking":
-                built = Dataflow(self.rt, rel).build(epoch)
-                bases = [write_base(self.rt, t, built[t.name], epoch, crash_name="mid_backfill", record=False)
-                         for t in tables]
+                flow = Dataflow(self.rt, rel)
+                try:
+                    built = flow.build(epoch)
+                    bases = [write_base(self.rt, t, built[t.name], epoch, crash_name="mid_backfill", record=False)
+                             for t in tables]
+                finally:
+                    flow.release()
             with self.catalog.transaction() as db:
                 if strategy == "blocking":
                     self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0])
@@ -457,17 +437,6 @@ class Session:
             self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES,
                                        on_progress=lambda: bars.update([j for j in self.jobs() if j.id == job_id]))
 
-    def _create_blocking(self, rel: Relation, pf: ProjectFilter, upstream: Relation) -> None:
-        with self.loop.lock:  # blocking backfill: the main graph waits at an epoch boundary
-            epoch = self.committed_epoch
-            rel = Relation(rel.name, rel.kind, rel.schema, rel.definition, epoch)
-            self.rt.stored(rel).create()
-            built = snapshot_rows(pf, self.rt.snapshot(upstream, epoch), rel.schema)
-            base = write_base(self.rt, rel, built, epoch, crash_name="mid_backfill", record=False)
-            with self.catalog.transaction() as db:
-                self.catalog.add_relation(db, rel, "blocking", upstream.name)
-                self.catalog.add_base(db, rel.name, epoch, base.version, sum(base.rows), base.files)
-
     def _do_drop(self, stmt: Statement) -> None:
         name = stmt.args["name"]
         rel = self.catalog.relation(name)
@@ -482,7 +451,7 @@ class Session:
         if job is not None and job.creating:
             self.creating.cancel(job.id)  # its partial table, progress and pins go with it
             return
-        with self.loop.lock, self._ddl_lock:
+        with self.locks.ddl, self.locks.epoch:
             dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
             if dependents:
                 raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "

@@ -4,7 +4,7 @@ Each epoch, in this order (a crash between any two steps is recovered by replayi
 1. **Plan**: the source offset ranges and the staged DML batches the epoch takes; persisted
    before anything executes.
 2. **Execute** every job in dependency order on Spark. A table's job turns its intents into log
-   rows; an MV's job projects, filters and nets its upstream's log rows.
+   rows; an MV's job runs its operator tree over its upstreams' log rows of the epoch.
 3. **Commit** each changed relation's log as one Delta version tagged with the epoch (skipped if
    `transaction_version` shows it is already there), then mark the epoch committed in the catalog
    together with the source offsets. Only the catalog commit makes the epoch visible.
@@ -12,7 +12,6 @@ Each epoch, in this order (a crash between any two steps is recovered by replayi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -28,14 +27,13 @@ from sparkwave.errors import PipelineError
 from sparkwave.meta.catalog import Relation
 from sparkwave.meta.crash import crash_point
 from sparkwave.meta.epoch import next_epoch
+from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
-from sparkwave.storage.table import log_spark_ddl
 from sparkwave.stream.chunk import with_vnode
 from sparkwave.stream.dataflow import Dataflow
-from sparkwave.stream.materialize import materialize_mv, materialize_table
-from sparkwave.stream.project_filter import ProjectFilter
+from sparkwave.stream.materialize import materialize_table
 
 if TYPE_CHECKING:
     from sparkwave.meta.jobs import CreatingJobs
@@ -85,12 +83,13 @@ def topo_order(relations: list[Relation]) -> list[Relation]:
 class BarrierLoop:
     """Runs epochs, on demand (`run_epoch`) or every `interval_ms` in a background thread.
 
-    `lock` is held for a whole epoch; DDL takes it to act between two epochs."""
+    `locks.epoch` is held for a whole epoch; DDL takes it to act between two epochs."""
 
-    def __init__(self, rt: Runtime, interval_ms: int, on_epoch: Callable[[EpochReport], None] | None = None):
+    def __init__(self, rt: Runtime, locks: Locks, interval_ms: int,
+                 on_epoch: Callable[[EpochReport], None] | None = None):
         self.rt = rt
+        self.locks = locks
         self.interval_ms = interval_ms
-        self.lock = threading.RLock()
         self.on_epoch = on_epoch
         self.error: BaseException | None = None
         self.failures = 0  # consecutive failed attempts; retried with backoff
@@ -186,7 +185,7 @@ class BarrierLoop:
     def run_epoch(self) -> EpochReport | None:
         """Run the next epoch; an epoch that was planned but not committed (a crash, a failed
         attempt) is replayed first, with the same plan. None: held back by a creating job."""
-        with self.lock:
+        with self.locks.epoch:
             t0 = time.time()
             pending = self.rt.catalog.uncommitted_plan()
             if pending is not None:
@@ -199,7 +198,7 @@ class BarrierLoop:
             jobs = self.jobs
             if jobs is not None:
                 jobs.apply_requests()
-            with jobs.gate if jobs is not None else contextlib.nullcontext():
+            with self.locks.gate:
                 if jobs is not None and not jobs.admit():
                     return None
                 self.rt.catalog.persist_plan(e.epoch, e.prev, e.plan, dml_ids)
@@ -269,48 +268,39 @@ class BarrierLoop:
 
     def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
         """The relation's log rows for the epoch, staged as its log file (committed later)."""
-        stored = self.rt.stored(rel)
-        if "dataflow" in rel.definition:
+        if rel.kind == "mv":
             # Recomputed even on a replay (it is deterministic: state as of the previous epoch), so
             # that its state tables' staged files exist whichever of its commits had happened.
-            return self._dataflow_step(rel, e)
+            return self._mv_step(rel, e)
+        stored = self.rt.stored(rel)
         if stored.log_committed(e.epoch):
             return stored.read_log_epoch(e.epoch)
-        chunk = self._compute(rel, e, dml)
+        chunk = self._table_step(rel, e, dml)
         if chunk is not None and chunk.num_rows > 0:
             stored.stage_log(e.epoch, chunk)
         return chunk
 
-    def _compute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+    def _table_step(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+        """A table's intents of the epoch (source rows and DML batches) as consistent log rows."""
         spark = self.rt.spark
-        if rel.kind == "table":
-            parts: list[DataFrame] = []
-            conn = self.rt.connector(rel)
-            for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
-                assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
-                parts.append(conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint")))
-            files = [path for _, r, path, _ in dml if r == rel.name]
-            if files:
-                parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
-            if not parts:
-                return None
-            intents = parts[0]
-            for p in parts[1:]:
-                intents = intents.unionByName(p)
-            chunk = with_vnode(intents, rel.schema).toArrow()
-            return materialize_table(chunk, rel.schema, e.epoch,
-                                     lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
-        upstream = self.rt.relation(rel.definition["upstreams"][0])
-        up = e.chunks.get(upstream.name)
-        if up is None or up.num_rows == 0:
+        parts: list[DataFrame] = []
+        conn = self.rt.connector(rel)
+        for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
+            assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
+            parts.append(conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint")))
+        files = [path for _, r, path, _ in dml if r == rel.name]
+        if files:
+            parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
+        if not parts:
             return None
-        pf = ProjectFilter.from_json(rel.definition["project_filter"])
-        up_rows = snap.read_parquet(spark, log_spark_ddl(upstream.schema),
-                                    [self.rt.stored(upstream).log_file_path(e.epoch)])
-        chunk = with_vnode(pf.apply(up_rows), rel.schema).toArrow()
-        return materialize_mv(chunk, rel.schema, e.epoch)
+        intents = parts[0]
+        for p in parts[1:]:
+            intents = intents.unionByName(p)
+        chunk = with_vnode(intents, rel.schema).toArrow()
+        return materialize_table(chunk, rel.schema, e.epoch,
+                                 lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
 
-    def _dataflow_step(self, rel: Relation, e: _Epoch) -> pa.Table | None:
+    def _mv_step(self, rel: Relation, e: _Epoch) -> pa.Table | None:
         inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in rel.upstreams
                   if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
         if not inputs:

@@ -11,7 +11,8 @@ is uncommitted work, redone or skipped on recovery. Tables:
 - `dml(id, relation, path, rows, epoch)`: staged DML batches; `epoch` is set when planned.
 - `pins(id, relation, epoch, holder)`: snapshots retention must keep.
 - `jobs(...)`: one row per job (a table's ingestion or an MV); a creating job's phase and progress.
-- `job_chunks(job, lo, hi, ...)`: a snapshot backfill's chunks (vnode ranges), in flight or done.
+- `job_chunks(job, lo, hi, ...)`: a snapshot backfill's chunks (vnode ranges), in flight or done,
+  with the files each wrote per table.
 - `job_steps(job, step, ...)`: a creating job's checkpoints: rows, lag, for progress and rates.
 - `requests(id, job, kind, value, ...)`: ALTER / CANCEL sent by another process, applied by the owner.
 """
@@ -25,11 +26,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkwave.errors import CatalogError
 from sparkwave.storage.schema import Schema
+
+if TYPE_CHECKING:
+    from sparkwave.meta.lag_rule import Lag
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS relations (
@@ -89,6 +94,15 @@ class Relation:
         return list(self.definition.get("upstreams", []))
 
 
+class Phase(StrEnum):
+    """A job's phase. A creating job goes snapshot -> log store -> created (merged into the main
+    graph); a job created in the main graph (a table, a blocking backfill) starts as created."""
+
+    SNAPSHOT = "snapshot"
+    LOG_STORE = "log_store"
+    CREATED = "created"
+
+
 @dataclass(frozen=True)
 class JobRow:
     """A job's row: its phase and the progress of a creating job."""
@@ -96,11 +110,11 @@ class JobRow:
     id: int
     relation: str
     strategy: str
-    phase: str  # snapshot | log_store | created
+    phase: Phase
     upstream: str | None
     snapshot_epoch: int | None
     consumed_epoch: int | None
-    allowed_lag: float | None  # the lag rule (creating_job.py)
+    allowed_lag: float | None  # the lag rule (lag_rule.py)
     next_vnode: int
     vnode_rows: list[int] | None
     rows_total: int
@@ -114,7 +128,7 @@ class JobRow:
 
     @property
     def creating(self) -> bool:
-        return self.phase != "created"
+        return self.phase is not Phase.CREATED
 
 
 KEPT_JOB_STEPS = 5000  # a job's most recent checkpoints kept for progress and inspection
@@ -221,11 +235,11 @@ class Catalog:
             raise CatalogError(f"relation {rel.name!r} already exists") from None
         if rel.kind == "state":
             return 0
-        phase = "created" if rel.state == "created" else "snapshot"
+        phase = Phase.CREATED if rel.state == "created" else Phase.SNAPSHOT
         cur = db.execute("INSERT INTO jobs (relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, "
                          "started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (rel.name, strategy, phase, upstream, rel.created_epoch, rel.created_epoch, time.time(),
-                          time.time() if phase == "created" else None))
+                          time.time() if phase is Phase.CREATED else None))
         return int(cur.lastrowid or 0)
 
     def remove_relation(self, db: sqlite3.Connection, name: str) -> None:
@@ -383,9 +397,71 @@ class Catalog:
                    (job_id, row[0] + 1, phase, time.time(), rows, epochs, lag_epochs, lag_ms, allowed_lag))
         db.execute("DELETE FROM job_steps WHERE job = ? AND step <= ?", (job_id, row[0] + 1 - KEPT_JOB_STEPS))
 
-    def job_chunks(self, job_id: int) -> list[tuple[int, int, int, str, int, list[str]]]:
-        """(lo, hi, rows, state, attempts, files) by vnode."""
-        return [(lo, hi, n, st, a, json.loads(f) if f else []) for lo, hi, n, st, a, f in self._all(
+    # --- a creating job's checkpoints (each one transaction) -------------------------------------
+    def set_job_counts(self, job_id: int, vnode_rows: list[int]) -> None:
+        """The snapshot's rows per vnode, counted once when the job starts reading it."""
+        with self.transaction() as db:
+            self.update_job(db, job_id, vnode_rows=vnode_rows, rows_total=sum(vnode_rows))
+
+    def start_chunk(self, job_id: int, lo: int, hi: int, rows: int) -> None:
+        """A chunk is in flight: a crash from here on re-reads it (and counts the attempt)."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO job_chunks VALUES (?, ?, ?, ?, 'reading', 1, NULL) ON CONFLICT (job, lo) DO "
+                       "UPDATE SET hi = excluded.hi, rows = excluded.rows, state = 'reading', "
+                       "attempts = attempts + 1", (job_id, lo, hi, rows))
+
+    def finish_chunk(self, job_id: int, lo: int, hi: int, rows: int, files: dict[str, list[str]], lag: Lag) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE job_chunks SET state = 'done', files = ? WHERE job = ? AND lo = ?",
+                       (json.dumps(files), job_id, lo))
+            db.execute("UPDATE jobs SET next_vnode = ?, rows_done = rows_done + ?, error = NULL WHERE id = ?",
+                       (hi, rows, job_id))
+            self.add_job_step(db, job_id, Phase.SNAPSHOT, rows, 0, lag.epochs, lag.ms, None)
+
+    def start_log_store(self, job_id: int, epoch: int, bases: list[tuple[str, int, int, list[str]]],
+                        lag: Lag, allowed: float) -> None:
+        """The snapshot phase's end: each table's base `(relation, version, rows, files)` as of `epoch`."""
+        with self.transaction() as db:
+            for name, version, rows, files in bases:
+                self.add_base(db, name, epoch, version, rows, files)
+            self.update_job(db, job_id, phase=Phase.LOG_STORE, consumed_epoch=epoch, allowed_lag=allowed)
+            self.add_job_step(db, job_id, Phase.LOG_STORE, 0, 0, lag.epochs, lag.ms, allowed)
+
+    def log_store_checkpoint(self, job_id: int, holder: str, logs: list[tuple[str, int, str, int, int]],
+                             through: int, epochs: int, rows: int, lag: Lag, allowed: float) -> None:
+        """Log files `(relation, epoch, path, rows, version)` consumed up to `through`; the job's pin
+        follows it, with the lag rule's new allowed lag."""
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)", logs)
+            self.update_job(db, job_id, consumed_epoch=through, allowed_lag=allowed, error=None)
+            self.move_pin(db, holder, through)
+            self.add_job_step(db, job_id, Phase.LOG_STORE, rows, epochs, lag.epochs, lag.ms, allowed)
+
+    def merge_job(self, job_id: int, holder: str, relation: str, epoch: int) -> None:
+        """The MV and its state tables join the main graph at `epoch`; the job's pins go."""
+        with self.transaction() as db:
+            db.execute("UPDATE relations SET state = 'created' WHERE name = ? OR (kind = 'state' AND "
+                       "json_extract(definition, '$.owner') = ?)", (relation, relation))
+            self.update_job(db, job_id, phase=Phase.CREATED, merged_epoch=epoch, finished_at=time.time(),
+                            allowed_lag=None, error=None)
+            db.execute("DELETE FROM pins WHERE holder = ?", (holder,))
+            self.add_job_step(db, job_id, Phase.CREATED, 0, 0, 0, 0, 0)
+
+    def count_held_back(self, job_id: int) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE jobs SET held_back = held_back + 1 WHERE id = ?", (job_id,))
+
+    def set_job_error(self, job_id: int, error: str | None) -> None:
+        with self.transaction() as db:
+            self.update_job(db, job_id, error=error)
+
+    def set_job_fields(self, job_id: int, **fields: Any) -> None:
+        with self.transaction() as db:
+            self.update_job(db, job_id, **fields)
+
+    def job_chunks(self, job_id: int) -> list[tuple[int, int, int, str, int, dict[str, list[str]]]]:
+        """(lo, hi, rows, state, attempts, files by table) by vnode."""
+        return [(lo, hi, n, st, a, json.loads(f) if f else {}) for lo, hi, n, st, a, f in self._all(
             "SELECT lo, hi, rows, state, attempts, files FROM job_chunks WHERE job = ? ORDER BY lo", (job_id,))]
 
     def epochs_between(self, after: int, upto: int | None = None) -> list[int]:
@@ -447,5 +523,6 @@ def _relation(row: tuple) -> Relation:
 
 def _job(row: tuple) -> JobRow:
     vals = list(row)
+    vals[3] = Phase(vals[3])
     vals[9] = json.loads(vals[9]) if vals[9] else None
     return JobRow(*vals)

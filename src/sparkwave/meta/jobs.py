@@ -13,9 +13,10 @@ import threading
 from collections.abc import Callable
 
 from sparkwave.errors import CatalogError, PipelineError
-from sparkwave.meta.catalog import JobRow, Relation
-from sparkwave.meta.creating_job import Pipeline, SnapshotBackfill, lag_of
-from sparkwave.meta.dataflow_job import DataflowBackfill
+from sparkwave.meta.catalog import JobRow, Phase, Relation
+from sparkwave.meta.creating_job import CreatingJob, Pipeline
+from sparkwave.meta.lag_rule import LagRule
+from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
 
@@ -31,11 +32,7 @@ class _Worker:
         self.stop = threading.Event()
         self.cancelled = False
         self.failures = 0
-        job = manager.rt.catalog.job(job_id)
-        rel = manager.rt.catalog.relation(job.relation) if job else None
-        kind = DataflowBackfill if rel is not None and "dataflow" in rel.definition else SnapshotBackfill
-        self.backfill = kind(manager.rt, job_id, manager.gate, manager.loop_lock, chunk_rows, self.stop,
-                             manager.pipeline)
+        self.backfill = CreatingJob(manager.rt, job_id, manager.locks, chunk_rows, self.stop, manager.pipeline)
         self.thread = threading.Thread(target=self._run, name=f"sparkwave-job-{job_id}", daemon=True)
 
     @property
@@ -76,12 +73,11 @@ class _Worker:
 
 
 class CreatingJobs:
-    def __init__(self, rt: Runtime, loop_lock: threading.RLock, nudge: Callable[[], None],
+    def __init__(self, rt: Runtime, locks: Locks, nudge: Callable[[], None],
                  pipeline: Pipeline | None = None) -> None:
         self.rt = rt
-        self.loop_lock = loop_lock
+        self.locks = locks
         self.pipeline = pipeline
-        self.gate = threading.Lock()  # serialises job checkpoints with the main graph's planning
         self._nudge = nudge
         self._cond = threading.Condition()
         self.generation = 0
@@ -117,11 +113,11 @@ class CreatingJobs:
             rel = self.rt.catalog.relation(job.relation)
             if rel is None:
                 continue
-            kept = {f for *_, files in self.rt.catalog.job_chunks(job.id) for f in files}
+            kept = {f for *_, by_table in self.rt.catalog.job_chunks(job.id) for fs in by_table.values() for f in fs}
             for t in [rel, *state_relations(self.rt, rel)]:
                 stored = self.rt.stored(t)
                 stored.create()
-                if job.phase == "snapshot":
+                if job.phase is Phase.SNAPSHOT:
                     for p in stored.base_path.iterdir():
                         if p.name.startswith("_backfill_") or (p.suffix == ".parquet" and str(p) not in kept):
                             self.rt.warehouse.remove_file(p)
@@ -162,10 +158,10 @@ class CreatingJobs:
     def set_rate_limit(self, job_id: int, limit: int | None) -> None:
         job = self.creating_job(job_id)
         fields: dict = {"rate_limit": limit}
-        if job.rate_limit == 0 and limit != 0 and job.phase == "log_store" and job.consumed_epoch is not None:
-            fields["allowed_lag"] = lag_of(self.rt, job.consumed_epoch)[0]  # the lag rule restarts on resume
-        with self.gate, self.rt.catalog.transaction() as db:
-            self.rt.catalog.update_job(db, job_id, **fields)
+        with self.locks.gate:
+            if job.rate_limit == 0 and limit != 0 and job.phase is Phase.LOG_STORE and job.consumed_epoch is not None:
+                fields["allowed_lag"] = LagRule.start(LagRule.lag(self.rt.catalog, job.consumed_epoch))  # restarts
+            self.rt.catalog.set_job_fields(job_id, **fields)
         self.notify()
 
     def cancel(self, job_id: int, *, wait: bool = True) -> None:
@@ -194,8 +190,7 @@ class CreatingJobs:
             self.rt.catalog.finish_request(r.id, outcome)
 
     def record_error(self, job_id: int, e: Exception) -> None:
-        with self.rt.catalog.transaction() as db:
-            self.rt.catalog.update_job(db, job_id, error=f"{type(e).__name__}: {str(e).strip()[:500]}")
+        self.rt.catalog.set_job_error(job_id, f"{type(e).__name__}: {str(e).strip()[:500]}")
 
     def failures(self, job_id: int) -> int:
         w = self._workers.get(job_id)
@@ -230,19 +225,18 @@ class CreatingJobs:
 
     # --- the main graph's side of the lag rule -----------------------------------------------------
     def admit(self) -> bool:
-        """May the main graph plan another epoch? Called with `gate` held (see creating_job)."""
+        """May the main graph plan another epoch? Called with `locks.gate` held (see lag_rule)."""
         committed = self.rt.catalog.committed_epoch()
         for job in self.rt.catalog.jobs():
-            if (job.phase != "log_store" or job.rate_limit == 0 or job.allowed_lag is None
+            if (job.phase is not Phase.LOG_STORE or job.rate_limit == 0 or job.allowed_lag is None
                     or job.consumed_epoch is None or self.failures(job.id) > 0 or job.id not in self._workers):
                 continue
-            lag, _ = lag_of(self.rt, job.consumed_epoch)
-            if lag >= job.allowed_lag:
+            lag = LagRule.lag(self.rt.catalog, job.consumed_epoch)
+            if LagRule.holds(job.allowed_lag, lag):
                 if self._held.get(job.id) != committed:
                     self._held[job.id] = committed
                     log.info("creating job %d (%s) holds the main graph back: lag %d epochs, allowed %.1f",
-                             job.id, job.relation, lag, job.allowed_lag)
-                    with self.rt.catalog.transaction() as db:
-                        db.execute("UPDATE jobs SET held_back = held_back + 1 WHERE id = ?", (job.id,))
+                             job.id, job.relation, lag.epochs, job.allowed_lag)
+                    self.rt.catalog.count_held_back(job.id)
                 return False
         return True

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sparkwave.meta.catalog import Catalog, JobRow
-from sparkwave.meta.epoch import epoch_ms
+from sparkwave.meta.catalog import Catalog, JobRow, Phase
+from sparkwave.meta.lag_rule import LagRule
 
 RATE_WINDOW_S = 10.0  # rows/s is measured over the checkpoints of this recent window
 
@@ -52,28 +52,25 @@ def job_infos(catalog: Catalog, now: float | None = None) -> list[JobInfo]:
 
 
 def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: float) -> JobInfo:
-    lag = lag_ms = 0
-    if job.creating and job.consumed_epoch is not None:
-        pending = catalog.committed_epochs(since=job.consumed_epoch + 1)
-        lag = len(pending)
-        lag_ms = max(0, epoch_ms(pending[-1]) - epoch_ms(job.consumed_epoch)) if pending else 0
+    lag = LagRule.lag(catalog, job.consumed_epoch) if job.creating and job.consumed_epoch is not None else None
+    lag_epochs, lag_s = (lag.epochs, lag.seconds) if lag else (0, 0.0)
     rate = eta = None
     if job.creating:
         since = max(job.started_at, now - RATE_WINDOW_S)
         steps = catalog.job_steps(job.id, since)
         span = max(1e-3, now - since)
         rate = sum(s[3] for s in steps) / span
-        if job.phase == "snapshot" and rate > 0:
+        if job.phase is Phase.SNAPSHOT and rate > 0:
             eta = (job.rows_total - job.rows_done) / rate
-        elif job.phase == "log_store":
+        elif job.phase is Phase.LOG_STORE:
             epochs_per_s = sum(s[4] for s in steps) / span
-            eta = lag / epochs_per_s if epochs_per_s > 0 else (0.0 if lag == 0 else None)
-    phase = {"snapshot": "snapshot", "log_store": "merging" if lag == 0 else "log store"}.get(job.phase, job.phase)
+            eta = lag_epochs / epochs_per_s if epochs_per_s > 0 else (0.0 if lag_epochs == 0 else None)
+    phase = {Phase.SNAPSHOT: "snapshot", Phase.LOG_STORE: "merging" if lag_epochs == 0 else "log store",
+             Phase.CREATED: "created"}[job.phase]
     total = job.rows_total
-    percent = 100.0 if not job.creating or job.phase != "snapshot" else (
-        100.0 * job.rows_done / total if total else 0.0)
+    percent = 100.0 if job.phase is not Phase.SNAPSHOT else (100.0 * job.rows_done / total if total else 0.0)
     return JobInfo(job.id, job.relation, "table" if kind == "table" else "materialized view", job.strategy, phase,
                    job.rows_done, total, round(percent, 1), round(rate or 0.0, 1),
-                   None if eta is None else round(eta, 1), lag, lag_ms / 1000, job.rate_limit,
+                   None if eta is None else round(eta, 1), lag_epochs, lag_s, job.rate_limit,
                    datetime.fromtimestamp(job.started_at, tz=UTC), created_epoch, job.merged_epoch, job.held_back,
                    job.error)

@@ -66,10 +66,11 @@ class Runtime:
             raise NotRetainedError(f"{rel.name!r} as of epoch {epoch} is no longer retained; "
                                    f"the oldest retained epoch is {lo}")
 
-    def snapshot(self, rel: Relation, epoch: int) -> DataFrame:
-        """All stored columns (hidden included, `_vnode` too) of `rel` as of a committed epoch."""
+    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None) -> DataFrame:
+        """All stored columns (hidden included, `_vnode` too) of `rel` as of a committed epoch, or
+        only the rows of the vnodes in `[lo, hi)`."""
         self.check_retained(rel, epoch)
-        return snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch)
+        return snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch, vnodes)
 
     def visible(self, rel: Relation, epoch: int) -> DataFrame:
         return self.snapshot(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])

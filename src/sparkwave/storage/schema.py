@@ -12,6 +12,10 @@ import pyarrow as pa
 
 from sparkwave.errors import SqlError
 
+# Column names sparkwave gives its own columns (log rows, change chunks, Z-sets, a keyless table's
+# row id): no user column or MV output may take them.
+RESERVED_COLUMNS = frozenset({"_epoch", "_seq", "_op", "_vnode", "_w", "_row_id"})
+
 _ALIASES = {
     "bool": "boolean", "boolean": "boolean",
     "smallint": "smallint", "int2": "smallint",

@@ -25,7 +25,6 @@ from sparkwave.storage.schema import Schema
 
 APP_ID = "sparkwave-log"
 BASE_APP_ID = "sparkwave-base"
-SYSTEM_COLUMNS = ("_epoch", "_seq", "_op", "_vnode")
 VNODES = 256
 
 

@@ -4,8 +4,6 @@
   looks up the old rows of the touched keys as of the previous epoch, so that the change it logs
   is consistent: +I for a new key, -U/+U for a changed row, -D for a deleted one, and nothing for
   an upsert that changes nothing.
-- An MV receives a chunk that is already consistent (its upstream's log, projected and filtered);
-  it only nets each key's rows within the epoch.
 - Append-only relations log their inserts as they are."""
 
 from __future__ import annotations
@@ -38,9 +36,3 @@ def materialize_table(intents: pa.Table, schema: Schema, epoch: int,
     names = ["_op", "_seq", "_vnode", *schema.names]
     merged = pa.concat_tables([old.select(names), intents.select(names).cast(old.select(names).schema)])
     return log_rows(consolidate(merged, list(schema.key), schema.values), schema, epoch)
-
-
-def materialize_mv(chunk: pa.Table, schema: Schema, epoch: int) -> pa.Table:
-    if schema.append_only:
-        return log_rows(chunk, schema, epoch)
-    return log_rows(consolidate(chunk, list(schema.key), schema.values), schema, epoch)

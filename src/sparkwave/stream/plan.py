@@ -72,6 +72,12 @@ class Node:
         out.append(self)
         return out
 
+    @property
+    def stateless(self) -> bool:
+        """Scans and projections only: each output row follows from one input row, so the tree runs
+        whole in Spark and its changes of several epochs can be computed in one job."""
+        return all(n.op in ("scan", "project") for n in self.walk())
+
     def scans(self) -> list[Node]:
         return [n for n in self.walk() if n.op == "scan"]
 

@@ -1,0 +1,63 @@
+"""The lag rule: how a creating job in its log-store phase is guaranteed to catch up with the main
+graph, after the seed's `max_pending_epoch_lag`. One object, used by the job's checkpoints, by the
+main graph's admission of a new epoch, and by `SHOW JOBS`.
+
+**Lag** counts the main graph's epochs (planned or committed) after the epoch the job has consumed
+up to, and the physical time between that epoch and the newest of them.
+
+**Allowed lag.** The main graph may plan a new epoch only while `lag < allowed`. `allowed` starts at
+the lag when the log-store phase begins; each checkpoint that consumes `k` epochs sets
+
+    allowed := max(0, min(lag + 1, allowed - k / 2))
+
+with `lag` as of that commit. So `allowed` falls by at least half an epoch per checkpoint and
+reaches 0 after at most `2 * allowed` checkpoints: then the main graph waits until the job has
+consumed everything and merges. Meanwhile the upstream advances at most one epoch per checkpoint
+and at most half as many epochs as the job consumes, so the lag recorded at each checkpoint never
+increases. A job that reads faster than the upstream writes catches up in a few checkpoints and
+holds the main graph back for at most the last of them. A paused job (rate limit 0) or one whose
+checkpoints are failing never holds it back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkwave.meta.epoch import epoch_ms
+
+if TYPE_CHECKING:
+    from sparkwave.meta.catalog import Catalog
+
+
+@dataclass(frozen=True)
+class Lag:
+    epochs: int  # main-graph epochs, planned or committed, after the job's consumed epoch
+    ms: int  # physical time from the consumed epoch to the newest of them
+
+    @property
+    def seconds(self) -> float:
+        return self.ms / 1000
+
+
+class LagRule:
+    @staticmethod
+    def lag(catalog: Catalog, consumed: int) -> Lag:
+        pending = catalog.epochs_between(consumed)
+        if not pending:
+            return Lag(0, 0)
+        return Lag(len(pending), max(0, epoch_ms(pending[-1]) - epoch_ms(consumed)) if consumed else 0)
+
+    @staticmethod
+    def start(lag: Lag) -> float:
+        """The allowed lag when a log-store phase begins (or resumes after a pause)."""
+        return float(lag.epochs)
+
+    @staticmethod
+    def after_checkpoint(allowed: float | None, lag: Lag, consumed_epochs: int) -> float:
+        previous = float(lag.epochs) if allowed is None else allowed
+        return max(0.0, min(lag.epochs + 1, previous - consumed_epochs / 2))
+
+    @staticmethod
+    def holds(allowed: float, lag: Lag) -> bool:
+        """Whether the job holds the main graph back from planning another epoch."""
+        return lag.epochs >= allowed
