@@ -19,6 +19,7 @@ ROWS = int(os.environ.get("SPARKWAVE_BENCH_LARGE", 10_000_000))
 MV = "SELECT k, v * 2 AS v2, p FROM big WHERE v >= 100"
 LIMITED = 1_000_000
 JOB_LIMIT = 100_000  # the catch-up job's rate limit
+REARRANGED_BUDGET = int(os.environ.get("SPARKWAVE_BENCH_REARRANGED_BUDGET", 1_000_000))  # rows per main epoch
 PIPELINE_S = float(os.environ.get("SPARKWAVE_BENCH_PIPELINE_S", 20))
 
 
@@ -107,6 +108,10 @@ def pipeline_impact() -> list[str]:
     s.sql(f"SET backfill_rate_limit = {LIMITED}")
     window(f"snapshot backfill, rate limit {LIMITED:,} rows/s", create(f"CREATE MATERIALIZED VIEW i3 AS {MV}"))
     s.sql("SET backfill_rate_limit = default")
+    s.sql(f"SET backfill_chunk_rows = {REARRANGED_BUDGET}")
+    window(f"rearranged backfill, {REARRANGED_BUDGET:,} rows per epoch",
+           create(f"CREATE MATERIALIZED VIEW i4 WITH (backfill_strategy = 'rearranged') AS {MV}"))
+    s.sql("SET backfill_chunk_rows = 10000000")
     window("blocking backfill", create(f"CREATE MATERIALIZED VIEW i2 WITH (backfill_strategy = 'blocking') AS {MV}"))
     held = sum(j.held_back for j in s.jobs())
     s.close()
@@ -190,6 +195,8 @@ def catch_up() -> list[str]:
 
 
 def main() -> str:
+    if os.environ.get("SPARKWAVE_BENCH_ONLY") == "impact":
+        return report("Impact on the running pipeline", pipeline_impact())
     s = with_big("throughput", barrier_interval_ms=3_600_000)
     try:
         text = report("Backfill throughput", throughput(s))

@@ -321,3 +321,15 @@ def test_progress_bars_show_each_creating_job(session):
         bars.progress.refresh()
     text = out.getvalue()
     assert "b4" in text and "snapshot" in text and "paused" in text and "lag 0 epochs" in text, text
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "rearranged", "blocking"])
+def test_a_global_aggregate_created_over_an_empty_table_has_its_one_row(session, strategy):
+    s = session
+    s.sql("CREATE TABLE e (k int, v int, PRIMARY KEY (k))")
+    s.sql(f"CREATE MATERIALIZED VIEW g WITH (backfill_strategy = '{strategy}') AS "
+          "SELECT count(*) AS n, sum(v) AS s FROM e")
+    assert rows_of(s.table("g")) == [(0, None)]
+    s.sql("INSERT INTO e VALUES (1, 5), (2, 7)")
+    s.flush()
+    assert rows_of(s.table("g")) == [(2, 12)]

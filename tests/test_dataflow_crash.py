@@ -15,7 +15,7 @@ from tests.test_crash import run_child
 POINTS = [
     "mid_commit:6",                 # steady state: some of an epoch's MV and state-table commits made
     "before_catalog_commit:4",      # steady state: every Delta commit made, the catalog's not
-    "backfill_after_chunk_rows:3",  # a state table's snapshot files written, progress not committed
+    "backfill_after_chunk_rows:2",  # a job's one chunk: MV and state files written, progress not committed
     "backfill_between_phases",      # bases as of S committed to Delta, the phase switch not in the catalog
     "backfill_mid_log_store:2",     # a log-store checkpoint's MV and state logs in Delta, not in the catalog
 ]

@@ -21,6 +21,7 @@ from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.catalog import Catalog, Relation
+from sparkwave.meta.creating_job import Strategy
 from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.ownership import Ownership
@@ -40,12 +41,13 @@ log = logging.getLogger("sparkwave")
 SETTINGS = {
     "retention_seconds": ("3600", "how long committed epochs stay readable with as_of"),
     "compaction_epochs": ("50", "log epochs since the base that trigger a compaction"),
-    "backfill_strategy": ("snapshot", "how CREATE MATERIALIZED VIEW fills a new MV: snapshot | blocking"),
+    "backfill_strategy": ("snapshot", "how CREATE MATERIALIZED VIEW fills a new MV: snapshot | rearranged | "
+                                      "blocking"),
     "background_ddl": ("false", "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
     "backfill_rate_limit": ("default", "rows per second per new creating job; default = unlimited, 0 = paused"),
     "backfill_chunk_rows": ("10000000", "at most this many snapshot rows per checkpoint of a creating job"),
 }
-STRATEGIES = ("snapshot", "blocking")
+STRATEGIES = tuple(Strategy)
 
 
 def connect(warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
@@ -76,7 +78,7 @@ class Session:
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self.locks = Locks()
             self.loop = BarrierLoop(self.rt, self.locks, barrier_interval_ms, on_epoch)
-            self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop)
+            self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop, self.loop.request_barrier)
             self.creating.chunk_rows = int(self._setting("backfill_chunk_rows"))
             self.loop.jobs = self.creating
             self._recover()
@@ -413,7 +415,7 @@ class Session:
                 if strategy == "blocking":
                     self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0])
                 else:
-                    job_id = self.creating.register(db, rel, plan.upstreams)
+                    job_id = self.creating.register(db, rel, plan.upstreams, Strategy(strategy))
                     if limit != "default":
                         self.catalog.update_job(db, job_id, rate_limit=int(limit))
                 for t in tables[1:]:

@@ -120,6 +120,12 @@ class BarrierLoop:
         """Whether the main graph has had input lately (within two barrier intervals, 1 to 5 s)."""
         return time.time() - self.busy_at < min(5.0, max(1.0, 2 * self.interval_ms / 1000))
 
+    def request_barrier(self) -> None:
+        """Run the next epoch now rather than at the interval, without waiting for it."""
+        with self._wake:
+            self._flush_requests += 1
+            self._wake.notify_all()
+
     def nudge(self) -> None:
         """A creating job moved: a barrier held back by the lag rule may be admitted now."""
         with self._wake:

@@ -20,6 +20,16 @@ progress in one catalog transaction; the main graph never waits for it, except b
    Each epoch gets its own log file, so the MV can be read as of any of them.
 3. **merge**: once no main-graph epoch is pending, between two main epochs, the MV joins the main
    graph at the exact epoch `M` it has consumed up to; from `M + 1` the main graph maintains it.
+
+The strategies (`Strategy`) differ in how the job is paced, not in its phases:
+- **snapshot**: checkpoints back to back at full speed (or its rate limit); the lag rule holds the
+  main graph back just enough to guarantee the merge.
+- **rearranged** (RisingWave's rearranged chain): one budgeted step per main-graph epoch, at most
+  `backfill_chunk_rows` rows (a snapshot chunk, or log rows), taken after each epoch commits; it
+  never holds the main graph back while it reads. Once the log left to consume fits in one
+  epoch's budget, it consumes it and merges in band, between two epochs (`catch_up_and_merge`),
+  so it merges only once its budget outpaces the upstream.
+- **blocking**: no creating job: the MV is built under the epoch lock at CREATE.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 import pyarrow.parquet as pq
@@ -46,6 +57,14 @@ from sparkwave.storage.table import VNODES
 from sparkwave.stream.dataflow import Dataflow
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
+
+
+class Strategy(StrEnum):
+    """How a new MV is filled (see the module docstring). Source and sink backfills will plug in here."""
+
+    BLOCKING = "blocking"
+    SNAPSHOT = "snapshot"
+    REARRANGED = "rearranged"
 
 
 class Pipeline(Protocol):
@@ -147,7 +166,7 @@ class CreatingJob:
             hi, rows = VNODES, sum(counts[lo:])
         self.rt.catalog.start_chunk(self.job_id, lo, hi, rows)  # in flight: a crash from here re-reads it
         files: dict[str, list[str]] = {}
-        if rows:
+        if rows or not flow.root.stateless:  # a scalar aggregate over nothing still has its row
             built = flow.build(s, (lo, hi) if flow.root.stateless else None)
             crash_point("backfill_mid_chunk")
             if self.chunk_hook:
@@ -257,6 +276,27 @@ class CreatingJob:
                 path, rows, version = self.rt.stored(self.rt.relation(name)).commit_log(e)
                 logs.append((name, e, path, rows, version))
         return [e], logs
+
+    def pending_log_rows(self) -> int | None:
+        """Upstream log rows committed and not yet consumed, in the log-store phase (else None)."""
+        job = self.rt.catalog.job(self.job_id)
+        if job is None or job.phase is not Phase.LOG_STORE or job.consumed_epoch is None:
+            return None
+        rel = self.rt.relation(job.relation)
+        committed = self.rt.catalog.committed_epoch()
+        return sum(n for u in rel.upstreams for _, n in self.rt.catalog.log_file_rows(u, job.consumed_epoch, committed))
+
+    def catch_up_and_merge(self) -> Step:
+        """The rearranged strategy's switch, in band: holding the epoch lock (between two main epochs,
+        so no epoch is in flight), consume what is left of the upstreams' log, then merge. It holds
+        the main graph for at most this last step, which the caller keeps within one epoch's budget."""
+        rows = 0
+        with self.locks.epoch:
+            while True:
+                step = self.step()
+                rows += step.rows
+                if step.merged or step.wait != 0 or self.stop.is_set():
+                    return Step(rows=rows, merged=step.merged, wait=step.wait)
 
     def _merge(self) -> Step:
         """The merge mutation: between two main epochs, with nothing pending, the MV joins the main

@@ -9,12 +9,13 @@ the catalog and are applied by the barrier loop before its next barrier."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 
 from sparkwave.errors import CatalogError, PipelineError
 from sparkwave.meta.catalog import JobRow, Phase, Relation
-from sparkwave.meta.creating_job import CreatingJob, Pipeline
+from sparkwave.meta.creating_job import CreatingJob, Pipeline, Step, Strategy
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
@@ -33,6 +34,9 @@ class _Worker:
         self.cancelled = False
         self.failures = 0
         self.backfill = CreatingJob(manager.rt, job_id, manager.locks, chunk_rows, self.stop, manager.pipeline)
+        job = manager.rt.catalog.job(job_id)
+        self.strategy = Strategy(job.strategy) if job is not None else Strategy.SNAPSHOT
+        self.paced_at: int | None = None  # rearranged: the main-graph epoch of the last budgeted step
         self.thread = threading.Thread(target=self._run, name=f"sparkwave-job-{job_id}", daemon=True)
 
     @property
@@ -51,7 +55,12 @@ class _Worker:
         while not self.stop.is_set():
             generation = self.manager.generation
             try:
-                step = self.backfill.step()
+                if self.strategy is Strategy.REARRANGED:
+                    step = self._epoch_budget(generation)
+                    if step is None:
+                        continue
+                else:
+                    step = self.backfill.step()
                 self.failures = 0
             except Exception as e:  # a failed checkpoint is redone from committed progress
                 if self.stop.is_set():
@@ -71,14 +80,33 @@ class _Worker:
         if self.cancelled:
             self.manager.remove(self.job_id)
 
+    def _epoch_budget(self, generation: int) -> Step | None:
+        """Rearranged: after each main-graph commit, steps worth at most one chunk of rows; None
+        when this epoch's budget is spent (the worker then sleeps until the next commit)."""
+        committed = self.manager.rt.catalog.committed_epoch()
+        if committed == self.paced_at:
+            self.manager.wait(generation, None)
+            return None
+        self.paced_at = committed
+        pending = self.backfill.pending_log_rows()
+        if pending is not None and pending <= self.backfill.chunk_rows:
+            return self.backfill.catch_up_and_merge()
+        spent = 0
+        while True:
+            step = self.backfill.step()
+            spent += step.rows
+            if step.merged or step.wait != 0 or spent >= self.backfill.chunk_rows or self.stop.is_set():
+                return step if step.merged or step.wait != 0 else Step(rows=spent, wait=None)
+
 
 class CreatingJobs:
     def __init__(self, rt: Runtime, locks: Locks, nudge: Callable[[], None],
-                 pipeline: Pipeline | None = None) -> None:
+                 pipeline: Pipeline | None = None, request_barrier: Callable[[], None] | None = None) -> None:
         self.rt = rt
         self.locks = locks
         self.pipeline = pipeline
         self._nudge = nudge
+        self._request_barrier = request_barrier  # a rearranged job moves only as main-graph epochs commit
         self._cond = threading.Condition()
         self.generation = 0
         self._workers: dict[int, _Worker] = {}
@@ -131,10 +159,10 @@ class CreatingJobs:
             w.thread.join()
         self._workers.clear()
 
-    def register(self, db, rel: Relation, upstreams: list[str]) -> int:  # type: ignore[no-untyped-def]
+    def register(self, db: sqlite3.Connection, rel: Relation, upstreams: list[str], strategy: Strategy) -> int:
         """Add a creating MV and its job in the caller's transaction, pinning every upstream's
         snapshot at the one common epoch `S` (= `rel.created_epoch`)."""
-        job_id = self.rt.catalog.add_relation(db, rel, "snapshot", upstreams[0])
+        job_id = self.rt.catalog.add_relation(db, rel, strategy, upstreams[0])
         for u in upstreams:
             self.rt.catalog.add_pin(u, rel.created_epoch, f"job:{job_id}", db)
         return job_id
@@ -216,6 +244,8 @@ class CreatingJobs:
             if all(not jobs[i].creating for i in ids):
                 return
             waiting = [jobs[i] for i in ids if jobs[i].creating]
+            if self._request_barrier and any(j.strategy == Strategy.REARRANGED for j in waiting):
+                self._request_barrier()  # waiting for a rearranged job drives the barriers it steps on
             if all(j.rate_limit == 0 for j in waiting) and not self.rt.catalog.pending_requests():
                 names = ", ".join(f"{j.id} ({j.relation})" for j in waiting)
                 raise PipelineError(f"creating job(s) {names} are paused (BACKFILL_RATE_LIMIT = 0), so this wait "
@@ -228,7 +258,8 @@ class CreatingJobs:
         """May the main graph plan another epoch? Called with `locks.gate` held (see lag_rule)."""
         committed = self.rt.catalog.committed_epoch()
         for job in self.rt.catalog.jobs():
-            if (job.phase is not Phase.LOG_STORE or job.rate_limit == 0 or job.allowed_lag is None
+            if (job.phase is not Phase.LOG_STORE or job.strategy == Strategy.REARRANGED or job.rate_limit == 0
+                    or job.allowed_lag is None
                     or job.consumed_epoch is None or self.failures(job.id) > 0 or job.id not in self._workers):
                 continue
             lag = LagRule.lag(self.rt.catalog, job.consumed_epoch)

@@ -136,11 +136,19 @@ def _values(node: Node, j: int, arg: str, d: pa.Table, states: StateIO, new: pa.
         if a.fn == "count_distinct":
             value = pc.add(pc.fill_null(o, 0), pc.fill_null(merged["_dd"], 0))
         elif a.fn == "min":
-            value = pc.if_else(redo_flag, merged["_rmin"], pc.min_element_wise(o, merged["_cmin"], skip_nulls=True))
+            value = pc.if_else(redo_flag, merged["_rmin"], _fold(o, merged["_cmin"], pc.less))
         else:
-            value = pc.if_else(redo_flag, merged["_rmax"], pc.max_element_wise(o, merged["_cmax"], skip_nulls=True))
+            value = pc.if_else(redo_flag, merged["_rmax"], _fold(o, merged["_cmax"], pc.greater))
         merged = merged.append_column(f"p{i}", value.cast(o.type))
     return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]]), had
+
+
+def _fold(current: pa.ChunkedArray, new: pa.ChunkedArray, better) -> pa.ChunkedArray:  # type: ignore[no-untyped-def]
+    """The element-wise min (`better=pc.less`) or max (`pc.greater`) of two columns, NULLs skipped.
+    Comparisons have kernels for every column type; `min_element_wise` lacks boolean and
+    timestamptz ones."""
+    take_new = pc.or_(pc.is_null(current), pc.fill_null(better(new, current), False))
+    return pc.if_else(take_new, new, current)
 
 
 def _finalize(node: Node, p: pa.Table) -> pa.Table:
