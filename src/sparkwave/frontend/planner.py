@@ -214,10 +214,7 @@ class Planner:
         return self.scan(rel, (t.alias or rel.name).lower(), None)
 
     def relation(self, name: str) -> Relation:
-        rel: Relation = self.lookup(name)
-        if rel.state != "created":
-            raise CatalogError(f"cannot create a materialized view on {name!r}: it is itself still being created; "
-                               f"WAIT for it first (at {self.stmt.where(name)})")
+        rel: Relation = self.lookup(name)  # a creating one too: the session refuses it, naming its job
         return rel
 
     def scan(self, rel: Relation, alias: str, window: dict | None) -> _Item:

@@ -124,22 +124,23 @@ class CreatingJob:
     def holder(self) -> str:
         return f"job:{self.job_id}"
 
-    def step(self) -> Step:
+    def step(self, budget: float = math.inf) -> Step:
+        """One checkpoint, reading at most `budget` rows (beyond the rate limit's)."""
         job = self.rt.catalog.job(self.job_id)
         assert job is not None, f"BUG: creating job {self.job_id} has no row"
         rel = self.rt.relation(job.relation)
         flow = Dataflow(self.rt, rel)
         if job.phase is Phase.SNAPSHOT:
-            return self._snapshot_step(job, rel, flow)
+            return self._snapshot_step(job, rel, flow, budget)
         if job.phase is Phase.LOG_STORE:
-            return self._log_store_step(job, rel, flow)
+            return self._log_store_step(job, rel, flow, budget)
         return Step(merged=True)
 
     def tables(self, rel: Relation) -> list[Relation]:
         return [rel, *state_relations(self.rt, rel)]
 
     # --- phase 1: the snapshot at S ------------------------------------------------------------
-    def _snapshot_step(self, job: JobRow, rel: Relation, flow: Dataflow) -> Step:
+    def _snapshot_step(self, job: JobRow, rel: Relation, flow: Dataflow, limit: float) -> Step:
         assert job.snapshot_epoch is not None
         s = job.snapshot_epoch
         counts = job.vnode_rows
@@ -153,7 +154,7 @@ class CreatingJob:
             return self._finish_snapshot(job, rel)
         if job.rate_limit == 0:
             return Step(wait=None)
-        budget = self.limiter.available(job.rate_limit)
+        budget = min(limit, self.limiter.available(job.rate_limit))
         if budget <= 0:
             return Step(wait=self.limiter.wait_for(job.rate_limit or 0))
         lo = hi = job.next_vnode
@@ -204,7 +205,7 @@ class CreatingJob:
         return df.coalesce(cores - 1) if cores > 1 and self.pipeline is not None and self.pipeline.busy() else df
 
     # --- phase 2 and 3: the log store, then the merge ------------------------------------------
-    def _log_store_step(self, job: JobRow, rel: Relation, flow: Dataflow) -> Step:
+    def _log_store_step(self, job: JobRow, rel: Relation, flow: Dataflow, limit: float) -> Step:
         assert job.consumed_epoch is not None
         consumed = job.consumed_epoch
         ready = self.rt.catalog.epochs_between(consumed, self.rt.catalog.committed_epoch())
@@ -214,7 +215,7 @@ class CreatingJob:
             return Step(wait=None)  # the main graph is executing the next epoch: woken at its commit
         if job.rate_limit == 0:
             return Step(wait=None)
-        budget = self.limiter.available(job.rate_limit)
+        budget = min(limit, self.limiter.available(job.rate_limit))
         if budget <= 0:
             return Step(wait=self.limiter.wait_for(job.rate_limit or 0))
         if flow.root.stateless:

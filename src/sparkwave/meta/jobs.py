@@ -81,8 +81,9 @@ class _Worker:
             self.manager.remove(self.job_id)
 
     def _epoch_budget(self, generation: int) -> Step | None:
-        """Rearranged: after each main-graph commit, steps worth at most one chunk of rows; None
-        when this epoch's budget is spent (the worker then sleeps until the next commit)."""
+        """Rearranged: after each main-graph commit, one step that reads at most one chunk of rows
+        (steps that read nothing, such as the switch between phases, do not count); None while
+        waiting for the next commit."""
         committed = self.manager.rt.catalog.committed_epoch()
         if committed == self.paced_at:
             self.manager.wait(generation, None)
@@ -91,12 +92,12 @@ class _Worker:
         pending = self.backfill.pending_log_rows()
         if pending is not None and pending <= self.backfill.chunk_rows:
             return self.backfill.catch_up_and_merge()
-        spent = 0
         while True:
-            step = self.backfill.step()
-            spent += step.rows
-            if step.merged or step.wait != 0 or spent >= self.backfill.chunk_rows or self.stop.is_set():
-                return step if step.merged or step.wait != 0 else Step(rows=spent, wait=None)
+            step = self.backfill.step(budget=self.backfill.chunk_rows)
+            if step.merged or step.wait != 0 or self.stop.is_set():
+                return step
+            if step.rows:
+                return Step(rows=step.rows, wait=None)
 
 
 class CreatingJobs:
