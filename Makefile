@@ -22,6 +22,7 @@ demo: java $(VENV)/.installed
 
 test: java $(VENV)/.installed
 	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: java $(VENV)/.installed
@@ -29,3 +30,4 @@ bench: java $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy

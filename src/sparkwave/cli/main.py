@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkwave.errors import SparkwaveError
+from sparkwave.errors import OwnershipError, SparkwaveError
 
 REQUEST_WAIT_S = 60.0
 
@@ -50,7 +50,6 @@ def _sql(console: Console, warehouse: str, text: str) -> int:
     from pyspark.sql import DataFrame
 
     import sparkwave
-    from sparkwave.errors import OwnershipError
 
     try:
         session = sparkwave.connect(warehouse)
@@ -65,12 +64,12 @@ def _sql(console: Console, warehouse: str, text: str) -> int:
     return 0
 
 
-def _send_requests(console: Console, warehouse: str, text: str, not_owner: Exception) -> int:
+def _send_requests(console: Console, warehouse: str, text: str, not_owner: OwnershipError) -> int:
     from sparkwave.frontend.control import queue_requests, request_outcome
     from sparkwave.storage.warehouse import Warehouse
 
     path = Warehouse(warehouse).catalog_path
-    queued = queue_requests(path, text, not_owner)  # type: ignore[arg-type]
+    queued = queue_requests(path, text, not_owner)
     deadline = time.time() + REQUEST_WAIT_S
     for request_id, what in queued:
         console.print(f"request {request_id} queued for the owner: {what}", highlight=False)

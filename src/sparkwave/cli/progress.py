@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
@@ -38,9 +40,10 @@ class JobBars:
 
     def update(self, jobs: list[JobInfo]) -> None:
         for j in jobs:
-            fields = {"id": j.id, "name": j.name, "phase": j.phase, "detail": describe(j)}
+            fields: dict[str, Any] = {"id": j.id, "name": j.name, "phase": j.phase, "detail": describe(j)}
             done = j.percent if j.creating else 100.0
             if j.id not in self._tasks:
-                self._tasks[j.id] = self.progress.add_task(j.name, total=100.0, completed=done, **fields)
+                # rich annotates add_task's `completed` as int, but stores and renders it as a float.
+                self._tasks[j.id] = self.progress.add_task(j.name, total=100.0, completed=cast(int, done), **fields)
             else:
                 self.progress.update(self._tasks[j.id], completed=done, **fields)

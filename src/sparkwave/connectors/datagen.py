@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
 from sparkwave.errors import SqlError
+from sparkwave.storage.schema import Schema
 
 ROW_ID_SPLIT_SHIFT = 48
 
@@ -24,7 +25,7 @@ ROW_ID_SPLIT_SHIFT = 48
 class Datagen(Connector):
     rate_option = "datagen.rows.per.second"
 
-    def __init__(self, table, schema, options) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         super().__init__(table, schema, options)
         known = {c.name for c in schema.columns}
         for key in options:
@@ -88,10 +89,10 @@ class Datagen(Connector):
         if type_name == "boolean":
             return F.pmod(h, F.lit(2)) == 0
         if type_name in ("timestamp", "timestamptz", "date"):
-            lo = self._field(col, "min", "2025-01-01 00:00:00")
-            hi = self._field(col, "max", "2025-12-31 00:00:00")
-            span = F.unix_timestamp(F.lit(hi)) - F.unix_timestamp(F.lit(lo)) + 1
-            return F.timestamp_seconds(F.unix_timestamp(F.lit(lo)) + F.pmod(h, span))
+            lo_t = self._field(col, "min", "2025-01-01 00:00:00")
+            hi_t = self._field(col, "max", "2025-12-31 00:00:00")
+            span = F.unix_timestamp(F.lit(hi_t)) - F.unix_timestamp(F.lit(lo_t)) + 1
+            return F.timestamp_seconds(F.unix_timestamp(F.lit(lo_t)) + F.pmod(h, span))
         lo_s, hi_s = self._field(col, "min", "0"), self._field(col, "max", "32767")
         if type_name in ("real", "double") or type_name.startswith("decimal"):
             frac = F.pmod(h, F.lit(1_000_000)) / F.lit(1_000_000.0)

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
 from sparkwave.errors import SqlError
+from sparkwave.storage.schema import Schema
 
 FIRST_ID = 1000
 BASE_TIME_S = 1_436_918_400  # 2015-07-15 00:00:00 UTC, Nexmark's base time
@@ -43,7 +44,7 @@ def _pick(options: list[str], h: SparkColumn) -> SparkColumn:
 class Nexmark(Connector):
     rate_option = "nexmark.rows.per.second"
 
-    def __init__(self, table, schema, options) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         super().__init__(table, schema, options)
         kind = (self.option("nexmark.table.type") or "").lower()
         if kind not in COLUMNS:

@@ -38,12 +38,12 @@ def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFr
     cast = df.select(*[_q(c.name).alias(f"raw_{i}") for i, c in enumerate(cols)],
                      *[F.expr(f"try_cast(`{c.name}` AS {c.type.spark})").alias(c.name) for c in cols])
     bad = [(_q(f"raw_{i}").isNotNull() & _q(c.name).isNull()) for i, c in enumerate(cols)]
-    nulls = [_q(k).isNull() for k in rel.schema.key if rel.schema.column(k) and not rel.schema.column(k).hidden]
+    nulls = [_q(k).isNull() for k in rel.schema.key if (kc := rel.schema.column(k)) and not kc.hidden]
     checks = bad + nulls
     if checks:
         cond = checks[0]
-        for c in checks[1:]:
-            cond = cond | c
+        for check in checks[1:]:
+            cond = cond | check
         first = cast.where(cond).limit(1).collect()
         if first:
             row = first[0]
@@ -73,7 +73,7 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     return rows
 
 
-def target_table(rt: Runtime, stmt: Statement, table: exp.Expression | None) -> Relation:
+def target_table(rt: Runtime, stmt: Statement, table: exp.Expr | None) -> Relation:
     if not isinstance(table, exp.Table):
         raise stmt.error("expected a table name")
     rel = rt.relation(table.name.lower())
@@ -126,7 +126,7 @@ class _NotLiteral(Exception):
     pass
 
 
-def _literal(node: exp.Expression) -> object:
+def _literal(node: exp.Expr) -> object:
     if isinstance(node, exp.Null):
         return None
     if isinstance(node, exp.Boolean):
@@ -145,7 +145,7 @@ def _literal(node: exp.Expression) -> object:
     raise _NotLiteral
 
 
-def _literal_table(columns: list[str], tuples: list[list[exp.Expression]]) -> pa.Table | None:
+def _literal_table(columns: list[str], tuples: list[list[exp.Expr]]) -> pa.Table | None:
     """VALUES made only of literals, as an Arrow table (None: let Spark evaluate them)."""
     try:
         cols = [[_literal(t[i]) for t in tuples] for i in range(len(columns))]
@@ -222,7 +222,7 @@ def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
     assignments: dict[str, str] = {}
     for eq in ast.expressions:
         col = eq.this.name.lower()
-        if rel.schema.column(col) is None or rel.schema.column(col).hidden:  # type: ignore[union-attr]
+        if (target := rel.schema.column(col)) is None or target.hidden:
             raise CatalogError(f"unknown column {col!r} in UPDATE {rel.name} (at {stmt.where(col)})")
         if col in rel.schema.key:
             raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
@@ -249,7 +249,7 @@ def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
         raise stmt.error(f"{what} is not allowed on append-only table {rel.name!r}", what)
 
 
-def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expression, epoch: int) -> DataFrame:
+def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch: int) -> DataFrame:
     df = rt.snapshot(rel, epoch).drop("_vnode")
     where = ast.args.get("where")
     if where is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -26,7 +27,7 @@ from sparkwave.errors import CatalogError, SqlError
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.catalog import Relation
-from sparkwave.storage.schema import RESERVED_COLUMNS, Column, Schema, from_spark
+from sparkwave.storage.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
 from sparkwave.stream.plan import Agg, Node
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
@@ -55,7 +56,7 @@ class _Item:
 
 
 class Planner:
-    def __init__(self, stmt: Statement, lookup, spark: SparkSession) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, stmt: Statement, lookup: Callable[[str], Relation], spark: SparkSession) -> None:
         self.stmt = stmt
         self.lookup = lookup
         self.spark = spark
@@ -69,7 +70,7 @@ class Planner:
         return f"c{next(self._names)}_{re.sub(r'[^a-z0-9_]', '_', base.lower())[:40]}"
 
     # --- entry ---------------------------------------------------------------------------------
-    def plan(self, query: exp.Expression) -> MvPlan:
+    def plan(self, query: exp.Expr) -> MvPlan:
         node, outputs = self.select(query)
         visible = [(n, i) for n, i in outputs]
         names = [n for n, _ in visible]
@@ -77,7 +78,7 @@ class Planner:
         if dupes:
             raise self.err(f"duplicate output column name(s) {', '.join(dupes)} in materialized view; add aliases")
         exprs = dict(node.exprs)
-        direct = {}  # key column -> an output that is that column as it is
+        direct: dict[str, str] = {}  # key column -> an output that is that column as it is
         for n, i in visible:
             if exprs.get(i, "").strip("`") in node.key and exprs[i].count("`") == 2:
                 direct.setdefault(exprs[i].strip("`"), n)
@@ -101,7 +102,7 @@ class Planner:
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------
-    def select(self, q: exp.Expression) -> tuple[Node, list[tuple[str, str]]]:
+    def select(self, q: exp.Expr) -> tuple[Node, list[tuple[str, str]]]:
         if not isinstance(q, exp.Select):
             raise self.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
         check_shape(self.stmt, q)
@@ -200,7 +201,7 @@ class Planner:
         return out
 
     # --- FROM items ----------------------------------------------------------------------------
-    def from_item(self, t: exp.Expression) -> _Item:
+    def from_item(self, t: exp.Expr) -> _Item:
         if isinstance(t, exp.Subquery):
             node, outputs = self.select(t.this)
             alias = t.alias.lower() if t.alias else f"_subquery{node.id}"
@@ -214,8 +215,7 @@ class Planner:
         return self.scan(rel, (t.alias or rel.name).lower(), None)
 
     def relation(self, name: str) -> Relation:
-        rel: Relation = self.lookup(name)  # a creating one too: the session refuses it, naming its job
-        return rel
+        return self.lookup(name)  # a creating one too: the session refuses it, naming its job
 
     def scan(self, rel: Relation, alias: str, window: dict | None) -> _Item:
         exprs, cols, order, internal = [], {}, [], {}
@@ -228,7 +228,9 @@ class Planner:
         columns = [(internal[c.name], c.type.name) for c in rel.schema.columns]
         key = [internal[k] for k in rel.schema.key]
         if window is not None:
-            ttype = rel.schema.column(window["time"]).type.name  # type: ignore[union-attr]
+            tcol = rel.schema.column(window["time"])
+            assert tcol is not None, "BUG: window_item checks the time column"
+            ttype = tcol.type.name
             for w in ("window_start", "window_end"):
                 if w in cols:
                     raise self.err(f"{rel.name!r} already has a column {w!r}; the window would hide it", w)
@@ -272,7 +274,7 @@ class Planner:
                                f"({window['slide']} s)", fn.name)
         return self.scan(rel, (t.alias or rel.name).lower(), window)
 
-    def interval(self, node: exp.Expression, fn: str) -> int:
+    def interval(self, node: exp.Expr, fn: str) -> int:
         text = None
         if isinstance(node, exp.Interval):
             unit = node.args.get("unit")
@@ -286,11 +288,11 @@ class Planner:
         return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
     # --- names ---------------------------------------------------------------------------------
-    def resolve(self, e: exp.Expression, items: list[_Item], where: str) -> str:
+    def resolve(self, e: exp.Expr, items: list[_Item], where: str) -> str:
         """`e` in Spark SQL, with every column replaced by its internal name."""
         if e.find(exp.Subquery, exp.Exists):
             raise self.err(f"unsupported subquery in {where}; subqueries are supported in FROM", "SELECT")
-        def swap(n: exp.Expression) -> exp.Expression:
+        def swap(n: exp.Expr) -> exp.Expr:
             if not isinstance(n, exp.Column):
                 return n
             if isinstance(n.this, exp.Star):
@@ -321,7 +323,7 @@ class Planner:
                            f"{', '.join(it.alias for it in found)}; qualify it", col.name)
         return found[0].cols[name]
 
-    def _owners(self, e: exp.Expression, items: list[_Item]) -> set[int]:
+    def _owners(self, e: exp.Expr, items: list[_Item]) -> set[int]:
         out = set()
         for col in e.find_all(exp.Column):
             name = col.name.lower()
@@ -330,14 +332,14 @@ class Planner:
                     out.add(idx)
         return out
 
-    def _single_item(self, e: exp.Expression, items: list[_Item]) -> _Item | None:
+    def _single_item(self, e: exp.Expr, items: list[_Item]) -> _Item | None:
         owners = self._owners(e, items)
         return items[owners.pop()] if len(owners) == 1 else None
 
-    def _links(self, c: exp.Expression, left: list[_Item], right: _Item) -> bool:
+    def _links(self, c: exp.Expr, left: list[_Item], right: _Item) -> bool:
         return self._key_pair(c, left, right) is not None
 
-    def _key_pair(self, c: exp.Expression, left: list[_Item], right: _Item) -> tuple[str, str] | None:
+    def _key_pair(self, c: exp.Expr, left: list[_Item], right: _Item) -> tuple[str, str] | None:
         if not isinstance(c, exp.EQ) or not isinstance(c.this, exp.Column) or not isinstance(c.expression, exp.Column):
             return None
         for a, b in ((c.this, c.expression), (c.expression, c.this)):
@@ -348,7 +350,7 @@ class Planner:
 
     # --- aggregation ---------------------------------------------------------------------------
     def aggregate(self, q: exp.Select, node: Node, items: list[_Item], predicate: str | None) -> tuple[Node, list]:
-        group_exprs: list[exp.Expression] = []
+        group_exprs: list[exp.Expr] = []
         if q.args.get("group"):
             for g in q.args["group"].expressions:
                 if isinstance(g, exp.Literal) and not g.is_string:
@@ -383,7 +385,7 @@ class Planner:
         by_call: dict[str, str] = {}
         arg_of: dict[str, str] = {}
 
-        def agg_for(call: exp.Expression) -> str:
+        def agg_for(call: exp.AggFunc) -> str:
             fn = _AGGS.get(type(call))
             if fn is None:
                 raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')} in a materialized view; "
@@ -413,7 +415,7 @@ class Planner:
                 aggs.append(Agg(fn, arg_col, by_call[ident], ""))
             return by_call[ident]
 
-        def rewrite(e: exp.Expression, where: str) -> exp.Expression:
+        def rewrite(e: exp.Expr, where: str) -> exp.Expr:
             if isinstance(e, exp.AggFunc):
                 return exp.column(agg_for(e), quoted=True)
             if not isinstance(e, (exp.Literal, exp.Star)) and not isinstance(e, exp.Interval):
@@ -489,9 +491,7 @@ def _readable(msg: str) -> str:
     return re.sub(r"`?c\d+_([a-z0-9_]+)`?", r"\1", msg)
 
 
-def _sql_type(name: str):  # type: ignore[no-untyped-def]
-    from sparkwave.storage.schema import SqlType
-
+def _sql_type(name: str) -> SqlType:
     return SqlType(name)
 
 
@@ -521,7 +521,7 @@ def _agg_type(planner: Planner, a: Agg, child: Node) -> str:
     return "double"
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     if isinstance(e, exp.Paren):
         return _conjuncts(e.this)
     if isinstance(e, exp.And):
@@ -529,11 +529,11 @@ def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def _agg_calls(e: exp.Expression) -> list[exp.Expression]:
+def _agg_calls(e: exp.Expr) -> list[exp.AggFunc]:
     return list(e.find_all(exp.AggFunc))
 
 
-def _output_name(proj: exp.Expression, inner: exp.Expression, i: int) -> str:
+def _output_name(proj: exp.Expr, inner: exp.Expr, i: int) -> str:
     if isinstance(proj, exp.Alias):
         return proj.alias.lower()
     if isinstance(inner, exp.Column):

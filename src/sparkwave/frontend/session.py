@@ -287,7 +287,8 @@ class Session:
     def _do_describe(self, stmt: Statement) -> DataFrame:
         """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
         rel = self.rt.relation(stmt.args["name"])
-        rows = [(c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
+        rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
+            (c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
         for state in state_relations(self.rt, rel):
             suffix = state.name.split(".", 1)[1]
             rows.append((state.name, "internal table", None, None, state_purpose(suffix, state.schema.key)))

@@ -27,7 +27,7 @@ class Statement:
     line: int
     col: int
     kind: str  # flush | wait | cancel | alter_rate | show | describe | set | create_table | create_mv | drop | ...
-    ast: exp.Expression | None = None
+    ast: exp.Expr | None = None
     args: dict = field(default_factory=dict)
 
     def where(self, keyword: str | None = None) -> str:
@@ -162,7 +162,7 @@ def classify(text: str, line: int, col: int) -> Statement:
     raise base.error(f"unsupported statement {(words[0] if words else '').upper()} {type(ast).__name__}".strip())
 
 
-def _parse_sql(base: Statement, text: str) -> exp.Expression:
+def _parse_sql(base: Statement, text: str) -> exp.Expr:
     try:
         asts = sqlglot.parse(text, dialect=DIALECT)
     except ParseError as e:

@@ -12,6 +12,7 @@ Each epoch, in this order (a crash between any two steps is recovered by replayi
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -132,6 +133,11 @@ class BarrierLoop:
             self._nudged = True
             self._wake.notify_all()
 
+    def _woken(self, held: bool) -> bool:
+        """The barrier loop's wait is over (called under `_wake`): a stop, a flush, or, while the last
+        barrier was held back, a creating job's move."""
+        return self._stop or self._flush_requests > 0 or (held and self._nudged)
+
     def _run(self) -> None:
         self.rt.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
         again = False  # after a replay, the epoch a flush() waits for is still to come
@@ -143,8 +149,7 @@ class BarrierLoop:
                     # Barriers are paced start to start, so a slow epoch does not stretch the interval.
                     wait = (1.0 if held else max(0.0, started + self.interval_ms / 1000 - time.time())
                             if self.failures == 0 else min(5.0, 0.2 * 2 ** self.failures))
-                    self._wake.wait_for(lambda h=held: self._stop or self._flush_requests > 0 or (h and self._nudged),
-                                        timeout=wait)
+                    self._wake.wait_for(functools.partial(self._woken, held), timeout=wait)
                 if self._stop:
                     return
                 self._flush_requests = 0

@@ -47,7 +47,9 @@ class FileIndex:
         c = next((i for i in range(meta.num_columns) if meta.schema.column(i).name == name), None)
         if c is None:
             return None
-        mins, maxs, nulls = [], [], []
+        mins: list[object] = []
+        maxs: list[object] = []
+        nulls: list[bool] = []
         for g in range(meta.num_row_groups):
             rg = meta.row_group(g)
             st = rg.column(c).statistics

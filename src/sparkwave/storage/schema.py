@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from sparkwave.errors import SqlError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
 
 # Column names sparkwave gives its own columns (log rows, change chunks, Z-sets, a keyless table's
 # row id): no user column or MV output may take them.
@@ -109,7 +113,7 @@ def parse_type(text: str) -> SqlType:
     )
 
 
-def from_spark(dtype: object) -> SqlType:
+def from_spark(dtype: DataType) -> SqlType:
     """The SqlType of a Spark DataType (the result type of an MV's expression)."""
     from pyspark.sql import types as T
 
@@ -125,7 +129,7 @@ def from_spark(dtype: object) -> SqlType:
         return SqlType(f"decimal({dtype.precision},{dtype.scale})")
     if isinstance(dtype, T.NullType):
         return SqlType("varchar")
-    raise SqlError(f"expressions of type {dtype.simpleString()} cannot be stored in a materialized view")  # type: ignore[attr-defined]
+    raise SqlError(f"expressions of type {dtype.simpleString()} cannot be stored in a materialized view")
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ class Schema:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     append_only: bool = False
-    _by_name: dict = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    _by_name: dict[str, Column] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})

@@ -52,8 +52,8 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     keys = latest.select(*[F.col(k).alias(f"_k{i}") for i, k in enumerate(key)])
     cond = None
     for i, k in enumerate(schema.key):
-        c = state[f"`{k}`"].eqNullSafe(keys[f"_k{i}"])
-        cond = c if cond is None else cond & c
+        eq = state[f"`{k}`"].eqNullSafe(keys[f"_k{i}"])
+        cond = eq if cond is None else cond & eq
     kept = state.join(keys, cond, "left_anti")
     live = latest.where(F.col("_op").isin(int(Op.INSERT), int(Op.UPDATE_INSERT))).select(*cols)
     return kept.select(*cols).unionByName(live)

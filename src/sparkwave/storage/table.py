@@ -147,14 +147,14 @@ class StoredTable:
         if not paths:
             return
         now = int(time.time() * 1000)
-        actions = [RemoveAction(os.path.basename(p), True, now, os.path.getsize(p) if os.path.exists(p) else 0)
-                   for p in paths]
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(os.path.basename(p), True, now, os.path.getsize(p) if os.path.exists(p) else 0) for p in paths]
         self.log.create_write_transaction(actions, mode="append", schema=log_arrow_schema(self.schema))
         self.log.update_incremental()
 
     def _commit_files(self, dt: DeltaTable, files: list[str], rows: list[int], *, mode: str, schema: pa.Schema,
                       app: str, version: int, stats: list[dict] | None) -> None:
-        actions = []
+        actions: list[AddAction | RemoveAction] = []
         for i, (f, n) in enumerate(zip(files, rows, strict=True)):
             st = os.stat(f)
             s = {"numRecords": n, **(stats[i] if stats else {})}

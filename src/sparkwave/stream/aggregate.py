@@ -15,6 +15,8 @@ has its one row: count 0 and NULLs for an empty input."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -143,7 +145,8 @@ def _values(node: Node, j: int, arg: str, d: pa.Table, states: StateIO, new: pa.
     return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]]), had
 
 
-def _fold(current: pa.ChunkedArray, new: pa.ChunkedArray, better) -> pa.ChunkedArray:  # type: ignore[no-untyped-def]
+def _fold(current: pa.ChunkedArray, new: pa.ChunkedArray,
+          better: Callable[[pa.ChunkedArray, pa.ChunkedArray], pa.ChunkedArray]) -> pa.ChunkedArray:
     """The element-wise min (`better=pc.less`) or max (`pc.greater`) of two columns, NULLs skipped.
     Comparisons have kernels for every column type; `min_element_wise` lacks boolean and
     timestamptz ones."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column as SparkColumn
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
@@ -90,7 +90,7 @@ class Dataflow:
         self._persisted: list[DataFrame] = []
 
     @property
-    def spark(self):  # type: ignore[no-untyped-def]
+    def spark(self) -> SparkSession:
         return self.rt.spark
 
     # --- per epoch -----------------------------------------------------------------------------
@@ -239,18 +239,21 @@ class Dataflow:
         cin = node.inputs[0]
         parts: list[SparkColumn] = [F.count(F.lit(1)).alias("_count")]
         for i, a in enumerate(node.aggs):
-            arg = F.col(f"`{a.arg}`") if a.arg else None
+            if a.fn == "count_star":
+                continue  # counted by `_count`
+            assert a.arg, f"BUG: aggregate {a.fn} without an argument"
+            arg = F.col(f"`{a.arg}`")
             if a.fn == "count":
                 parts.append(F.count(arg).alias(f"p{i}"))
             elif a.fn in ("sum", "avg"):
-                st = SqlType(sum_type(cin.type_of(a.arg or ""))).spark
-                parts += [F.sum(arg.cast(st)).cast(st).alias(f"p{i}"), F.count(arg).alias(f"n{i}")]  # type: ignore[union-attr]
+                st = SqlType(sum_type(cin.type_of(a.arg))).spark
+                parts += [F.sum(arg.cast(st)).cast(st).alias(f"p{i}"), F.count(arg).alias(f"n{i}")]
             elif a.fn == "min":
-                parts.append(F.min(arg).alias(f"p{i}"))  # type: ignore[arg-type]
+                parts.append(F.min(arg).alias(f"p{i}"))
             elif a.fn == "max":
-                parts.append(F.max(arg).alias(f"p{i}"))  # type: ignore[arg-type]
+                parts.append(F.max(arg).alias(f"p{i}"))
             elif a.fn == "count_distinct":
-                parts.append(F.countDistinct(arg).alias(f"p{i}"))  # type: ignore[arg-type]
+                parts.append(F.countDistinct(arg).alias(f"p{i}"))
         group = [F.col(f"`{g}`") for g in node.group]
         partials = self._shared(child.groupBy(*group).agg(*parts))
         assert [c for c, _ in agg_partials(node)] == partials.columns[len(group):], "BUG: partial columns"

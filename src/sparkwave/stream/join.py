@@ -35,6 +35,7 @@ def _apply(old: pa.Table, delta: pa.Table) -> pa.Table:
 
 
 def _join(node: Node, left: pa.Table, right: pa.Table) -> pa.Table:
+    assert node.join_type is not None, "BUG: a join node without a join type"
     out = left.join(right, node.left_keys, right_keys=node.right_keys, join_type=_PYARROW_JOIN[node.join_type],
                     coalesce_keys=False, use_threads=False)
     return out.select(node.names)
