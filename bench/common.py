@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sparkwave.spark import create_spark
+from sparkwave.core.spark import create_spark
 
 _spark = None
 

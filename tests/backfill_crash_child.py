@@ -13,7 +13,7 @@ import random
 import sys
 
 import sparkwave
-from sparkwave.spark import create_spark
+from sparkwave.core.spark import create_spark
 from tests.oracle import to_sql, values_sql
 
 SEED = [(k, (k * 7) % 23, ["p", "q", None][k % 3]) for k in range(240)]

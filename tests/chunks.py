@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkwave.storage.schema import Schema
+from sparkwave.core.schema import Schema
 
 W = "_w"
 Row = tuple[Any, ...]

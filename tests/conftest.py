@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 import sparkwave
-from sparkwave.spark import create_spark
+from sparkwave.core.spark import create_spark
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import random
 import sys
 
 import sparkwave
-from sparkwave.spark import create_spark
+from sparkwave.core.spark import create_spark
 from tests.oracle import to_sql
 
 SETUP = [

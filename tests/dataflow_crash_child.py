@@ -11,7 +11,7 @@ import random
 import sys
 
 import sparkwave
-from sparkwave.spark import create_spark
+from sparkwave.core.spark import create_spark
 from tests.backfill_crash_child import run_batches
 from tests.oracle import values_sql
 

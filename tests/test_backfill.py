@@ -246,9 +246,13 @@ def test_progress_is_structured_and_shown_by_show_jobs(session):
     seeded(s, 200)
     s.sql("SET background_ddl = true; SET backfill_rate_limit = 0; SET backfill_chunk_rows = 50")
     s.sql("CREATE MATERIALIZED VIEW b4 AS SELECT k, a FROM t")
+    s.sql("CREATE MATERIALIZED VIEW bj AS SELECT t.k, ev.v FROM t JOIN ev ON t.a = ev.v")
     s.flush()
     s.flush()
     info = job(s, "b4")
+    joined = job(s, "bj")
+    assert {(u.relation, u.rows_done, u.rows_total) for u in joined.upstreams} == {("t", 0, 200), ("ev", 0, 66)}
+    assert joined.rows_total == 266 and joined.chunks == ()
     assert (info.strategy, info.phase, info.rate_limit, info.rows_done) == ("snapshot", "snapshot", 0, 0)
     worker = s.creating._workers[info.id]
     steps: list[int] = []
@@ -260,11 +264,19 @@ def test_progress_is_structured_and_shown_by_show_jobs(session):
     assert info.kind == "materialized view" and info.lag_epochs == 2 and info.lag_seconds >= 0
     shown = {r["name"]: r for r in (row.asDict() for row in s.sql("SHOW JOBS").collect())}
     assert shown["b4"]["phase"] == "snapshot" and shown["b4"]["rate_limit"] == 0
+    assert shown["b4"]["upstreams"] == "t 0/200" and sorted(shown["bj"]["upstreams"].split("; ")) == [
+        "ev 0/66", "t 0/200"]
     assert shown["t"]["phase"] == "created"
     s.sql("ALTER MATERIALIZED VIEW b4 SET BACKFILL_RATE_LIMIT = DEFAULT")
+    s.sql("ALTER MATERIALIZED VIEW bj SET BACKFILL_RATE_LIMIT = DEFAULT")
     s.sql("WAIT")
     info = job(s, "b4")
     assert (info.phase, info.rows_done, info.rows_total, info.percent) == ("created", 200, 200, 100.0)
+    assert [(u.relation, u.rows_done, u.rows_total) for u in info.upstreams] == [("t", 200, 200)]
+    assert [(c.lo, c.state, c.attempts) for c in info.chunks][0] == (0, "done", 1) and info.chunks[-1].hi == 256
+    assert sum(c.rows for c in info.chunks) == 200 and len(info.chunks) >= 4
+    joined = job(s, "bj")
+    assert {(u.relation, u.rows_done, u.rows_total) for u in joined.upstreams} == {("t", 200, 200), ("ev", 66, 66)}
     steps = s.catalog.job_steps(info.id)
     assert sum(1 for st in steps if st[1] == "snapshot") >= 4  # 200 rows in chunks of about 50
     assert s.table("b4").count() == 200
@@ -294,7 +306,7 @@ def test_failing_checkpoints_are_retried_shown_and_a_foreground_create_gives_up(
 
     s.creating.chunk_hook = broken
     s.sql("SET background_ddl = false")
-    with pytest.raises(sparkwave.errors.PipelineError, match="disk on fire"):
+    with pytest.raises(sparkwave.core.errors.PipelineError, match="disk on fire"):
         s.sql(f"CREATE MATERIALIZED VIEW b2 AS {JOBS['b2']}")
     assert s.catalog.relation("b2") is None and _pin_holders(s) == []  # given up: cancelled, nothing left
     s.sql("INSERT INTO t VALUES (1000, 50, 'z')")
@@ -308,7 +320,7 @@ def test_progress_bars_show_each_creating_job(session):
 
     from rich.console import Console
 
-    from sparkwave.cli.progress import JobBars
+    from sparkwave.frontend.progress_bars import JobBars
 
     s = session
     seeded(s, 50)

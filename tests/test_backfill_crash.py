@@ -59,12 +59,16 @@ def test_backfill_resumes_after_sigkill_and_equals_the_oracle(spark, tmp_path, c
 
         job = s.catalog.job_of(name)
         chunks = s.catalog.job_chunks(job.id)
-        assert chunks and all(state == "done" for _, _, _, state, _, _ in chunks)
-        assert [(lo, hi) for lo, hi, *_ in chunks] == sorted((lo, hi) for lo, hi, *_ in chunks)
-        assert chunks[-1][1] == 256 and all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))
-        reread = sum(attempts - 1 for *_, attempts, _ in chunks)
+        assert chunks and all(c.state == "done" for c in chunks)
+        assert [(c.lo, c.hi) for c in chunks] == sorted((c.lo, c.hi) for c in chunks)
+        assert chunks[-1].hi == 256 and all(a.hi == b.lo for a, b in zip(chunks, chunks[1:], strict=False))
+        reread = sum(c.attempts - 1 for c in chunks)
         assert reread <= 1, f"re-read {reread} chunks; only the one in flight may be re-read: {chunks}"
-        assert sum(job.vnode_rows or []) == job.rows_total == job.rows_done
+        assert sum(map(sum, (job.vnode_rows or {}).values())) == job.rows_total == job.rows_done
+        info = next(j for j in s.jobs() if j.name == name)
+        done = [(u.relation, u.rows_done, u.rows_total) for u in info.upstreams]
+        assert done == [("t", job.rows_total, job.rows_total)]
+        assert [(c.lo, c.hi, c.rows) for c in info.chunks] == [(c.lo, c.hi, c.rows) for c in chunks]
 
         # every committed epoch the MV is readable at equals its query on t as of then
         for epoch in s.catalog.committed_epochs(since=s.catalog.relation(name).created_epoch):

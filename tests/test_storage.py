@@ -6,10 +6,10 @@ import os
 
 from deltalake import DeltaTable
 
-from sparkwave.meta.epoch import EPOCH_ORIGIN_MS, epoch_ms, next_epoch
+from sparkwave.core.chunk import Op
+from sparkwave.core.epoch import EPOCH_ORIGIN_MS, epoch_ms, next_epoch
 from sparkwave.storage.snapshot import changes
 from sparkwave.storage.table import APP_ID
-from sparkwave.stream.chunk import Op
 from tests.oracle import rows_of
 
 

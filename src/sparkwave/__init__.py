@@ -2,7 +2,7 @@
 
 Tables, materialized views kept exactly up to date epoch by epoch, stored on Delta Lake."""
 
-from sparkwave.errors import (
+from sparkwave.core.errors import (
     CatalogError,
     DataError,
     NotRetainedError,

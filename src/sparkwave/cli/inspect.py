@@ -9,9 +9,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from sparkwave.cli.progress import JobBars
-from sparkwave.meta.catalog import Catalog
-from sparkwave.meta.epoch import epoch_datetime
+from sparkwave.core.catalog import Catalog
+from sparkwave.core.epoch import epoch_datetime
+from sparkwave.frontend.progress_bars import JobBars
 from sparkwave.meta.ownership import describe_owner, is_owned
 from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.storage.warehouse import Warehouse
@@ -41,13 +41,18 @@ def _table(title: str, jobs: list[JobInfo]) -> Table:
     for j in jobs:
         creating = j.creating
         table.add_row(str(j.id), j.name, j.kind, j.strategy, j.phase,
-                      f"{j.rows_done:,}/{j.rows_total:,} ({j.percent:.1f}%)" if creating else "-",
+                      _progress(j) if creating else "-",
                       f"{j.rows_per_second:,.0f}" if creating else "-",
                       "-" if j.eta_seconds is None else f"{j.eta_seconds:,.0f}s",
                       f"{j.lag_epochs} epochs / {j.lag_seconds:,.1f}s" if creating else "-",
                       "-" if not creating else "unlimited" if j.rate_limit is None else f"{j.rate_limit:,}",
                       j.started_at.strftime("%H:%M:%S"), str(j.created_epoch))
     return table
+
+
+def _progress(j: JobInfo) -> str:
+    total = f"{j.rows_done:,}/{j.rows_total:,} ({j.percent:.1f}%)"
+    return total if len(j.upstreams) < 2 else f"{total}: " + ", ".join(map(str, j.upstreams))
 
 
 def watch_jobs(console: Console, warehouse: str | Path) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkwave.errors import OwnershipError, SparkwaveError
+from sparkwave.core.errors import OwnershipError, SparkwaveError
 
 REQUEST_WAIT_S = 60.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sparkwave.connectors.base import Connector
 from sparkwave.connectors.datagen import Datagen
 from sparkwave.connectors.nexmark import Nexmark
-from sparkwave.errors import SqlError
-from sparkwave.storage.schema import Schema
+from sparkwave.core.errors import SqlError
+from sparkwave.core.schema import Schema
 
 CONNECTORS: dict[str, type[Connector]] = {"datagen": Datagen, "nexmark": Nexmark}
 

@@ -7,8 +7,8 @@ from abc import ABC, abstractmethod
 
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkwave.errors import SqlError
-from sparkwave.storage.schema import Schema
+from sparkwave.core.errors import SqlError
+from sparkwave.core.schema import Schema
 
 
 class Connector(ABC):

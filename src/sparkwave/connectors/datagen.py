@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
-from sparkwave.errors import SqlError
-from sparkwave.storage.schema import Schema
+from sparkwave.core.errors import SqlError
+from sparkwave.core.schema import Schema
 
 ROW_ID_SPLIT_SHIFT = 48
 

@@ -13,8 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
-from sparkwave.errors import SqlError
-from sparkwave.storage.schema import Schema
+from sparkwave.core.errors import SqlError
+from sparkwave.core.schema import Schema
 
 FIRST_ID = 1000
 BASE_TIME_S = 1_436_918_400  # 2015-07-15 00:00:00 UTC, Nexmark's base time

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkwave.errors import CatalogError, OwnershipError
+from sparkwave.core.catalog import Catalog, JobRow
+from sparkwave.core.errors import CatalogError, OwnershipError
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
-from sparkwave.meta.catalog import Catalog, JobRow
 
 CONTROL_KINDS = ("alter_rate", "cancel")
 

@@ -17,11 +17,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from sparkwave.errors import CatalogError, DataError, SqlError
+from sparkwave.core.catalog import Relation
+from sparkwave.core.chunk import Op
+from sparkwave.core.errors import CatalogError, DataError, SqlError
 from sparkwave.frontend.statements import Statement
-from sparkwave.meta.catalog import Relation
 from sparkwave.meta.runtime import Runtime
-from sparkwave.stream.chunk import Op
 
 DML_SEQ_BASE = 1 << 62
 BATCH_SHIFT = 42

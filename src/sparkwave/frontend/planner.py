@@ -23,11 +23,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
-from sparkwave.errors import CatalogError, SqlError
+from sparkwave.core.catalog import Relation
+from sparkwave.core.errors import CatalogError, SqlError
+from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
-from sparkwave.meta.catalog import Relation
-from sparkwave.storage.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
 from sparkwave.stream.plan import Agg, Node
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}

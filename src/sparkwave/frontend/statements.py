@@ -14,7 +14,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from sparkwave.errors import SqlError
+from sparkwave.core.errors import SqlError
 
 DIALECT = "postgres"
 

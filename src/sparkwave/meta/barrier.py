@@ -24,15 +24,15 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkwave.errors import PipelineError
-from sparkwave.meta.catalog import Relation
-from sparkwave.meta.crash import crash_point
-from sparkwave.meta.epoch import next_epoch
+from sparkwave.core.catalog import Relation
+from sparkwave.core.chunk import with_vnode
+from sparkwave.core.crash import crash_point
+from sparkwave.core.epoch import next_epoch
+from sparkwave.core.errors import PipelineError
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
-from sparkwave.stream.chunk import with_vnode
 from sparkwave.stream.dataflow import Dataflow
 from sparkwave.stream.materialize import materialize_table
 

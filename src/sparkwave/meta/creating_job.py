@@ -45,15 +45,15 @@ from typing import Protocol
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
-from sparkwave.meta.catalog import JobRow, Phase, Relation
-from sparkwave.meta.crash import crash_point
+from sparkwave.core.catalog import JobRow, Phase, Relation
+from sparkwave.core.chunk import VNODES
+from sparkwave.core.crash import crash_point
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.compaction import write_base_files
 from sparkwave.storage.state import state_relations
-from sparkwave.storage.table import VNODES
 from sparkwave.stream.dataflow import Dataflow
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
@@ -143,13 +143,12 @@ class CreatingJob:
     def _snapshot_step(self, job: JobRow, rel: Relation, flow: Dataflow, limit: float) -> Step:
         assert job.snapshot_epoch is not None
         s = job.snapshot_epoch
-        counts = job.vnode_rows
-        if counts is None:  # rows per vnode, summed over the upstreams' snapshots at S
-            counts = [0] * VNODES
-            for u in rel.upstreams:
-                for v, n in enumerate(snap.vnode_rows(self.rt.catalog, u, self.rt.relation(u).schema, s)):
-                    counts[v] += n
-            self.rt.catalog.set_job_counts(self.job_id, counts)
+        per_upstream = job.vnode_rows
+        if per_upstream is None:
+            per_upstream = {u: snap.vnode_rows(self.rt.catalog, u, self.rt.relation(u).schema, s)
+                            for u in rel.upstreams}
+            self.rt.catalog.set_job_counts(self.job_id, per_upstream)
+        counts = [sum(c[v] for c in per_upstream.values()) for v in range(VNODES)]
         if job.next_vnode >= VNODES:
             return self._finish_snapshot(job, rel)
         if job.rate_limit == 0:
@@ -190,7 +189,7 @@ class CreatingJob:
         chunks = self.rt.catalog.job_chunks(self.job_id)
         bases = []
         for t in self.tables(rel):
-            files = [f for *_, by_table in chunks for f in by_table.get(t.name, [])]
+            files = [f for c in chunks for f in c.files.get(t.name, [])]
             rows = [pq.ParquetFile(f).metadata.num_rows for f in files]
             bases.append((t.name, self.rt.stored(t).commit_base(s, files, rows), sum(rows), files))
         crash_point("backfill_between_phases")

@@ -13,8 +13,8 @@ import sqlite3
 import threading
 from collections.abc import Callable
 
-from sparkwave.errors import CatalogError, PipelineError
-from sparkwave.meta.catalog import JobRow, Phase, Relation
+from sparkwave.core.catalog import JobRow, Phase, Relation
+from sparkwave.core.errors import CatalogError, PipelineError
 from sparkwave.meta.creating_job import CreatingJob, Pipeline, Step, Strategy
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.locks import Locks
@@ -142,7 +142,7 @@ class CreatingJobs:
             rel = self.rt.catalog.relation(job.relation)
             if rel is None:
                 continue
-            kept = {f for *_, by_table in self.rt.catalog.job_chunks(job.id) for fs in by_table.values() for f in fs}
+            kept = {f for c in self.rt.catalog.job_chunks(job.id) for fs in c.files.values() for f in fs}
             for t in [rel, *state_relations(self.rt, rel)]:
                 stored = self.rt.stored(t)
                 stored.create()

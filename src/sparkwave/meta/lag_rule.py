@@ -20,23 +20,8 @@ checkpoints are failing never holds it back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from sparkwave.meta.epoch import epoch_ms
-
-if TYPE_CHECKING:
-    from sparkwave.meta.catalog import Catalog
-
-
-@dataclass(frozen=True)
-class Lag:
-    epochs: int  # main-graph epochs, planned or committed, after the job's consumed epoch
-    ms: int  # physical time from the consumed epoch to the newest of them
-
-    @property
-    def seconds(self) -> float:
-        return self.ms / 1000
+from sparkwave.core.catalog import Catalog
+from sparkwave.core.epoch import Lag, epoch_ms
 
 
 class LagRule:

@@ -10,7 +10,7 @@ import socket
 import time
 from pathlib import Path
 
-from sparkwave.errors import OwnershipError
+from sparkwave.core.errors import OwnershipError
 
 
 class Ownership:

@@ -7,10 +7,34 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sparkwave.meta.catalog import Catalog, JobRow, Phase
+from sparkwave.core.catalog import Catalog, JobRow, Phase
 from sparkwave.meta.lag_rule import LagRule
 
 RATE_WINDOW_S = 10.0  # rows/s is measured over the checkpoints of this recent window
+
+
+@dataclass(frozen=True)
+class UpstreamProgress:
+    """How much of one upstream's snapshot at S a creating job has read."""
+
+    relation: str
+    rows_done: int
+    rows_total: int
+
+    def __str__(self) -> str:
+        return f"{self.relation} {self.rows_done:,}/{self.rows_total:,}"
+
+
+@dataclass(frozen=True)
+class ChunkProgress:
+    """One snapshot checkpoint: the upstream rows of vnodes `[lo, hi)`; `attempts` > 1 after a crash
+    or a failure re-read it."""
+
+    lo: int
+    hi: int
+    rows: int
+    state: str  # 'reading' | 'done'
+    attempts: int
 
 
 @dataclass(frozen=True)
@@ -33,6 +57,8 @@ class JobInfo:
     merged_epoch: int | None  # the epoch a creating job joined the main graph at
     held_back: int  # main-graph epochs this job delayed under the lag rule
     error: str | None  # the last failed checkpoint's error, while it is being retried
+    upstreams: tuple[UpstreamProgress, ...] = ()  # the snapshot phase per upstream
+    chunks: tuple[ChunkProgress, ...] = ()  # the snapshot phase per vnode range
 
     @property
     def creating(self) -> bool:
@@ -69,8 +95,11 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
              Phase.CREATED: "created"}[job.phase]
     total = job.rows_total
     percent = 100.0 if job.phase is not Phase.SNAPSHOT else (100.0 * job.rows_done / total if total else 0.0)
+    upstreams = tuple(UpstreamProgress(u, sum(counts[:job.next_vnode]), sum(counts))
+                      for u, counts in (job.vnode_rows or {}).items())
+    chunks = tuple(ChunkProgress(c.lo, c.hi, c.rows, c.state, c.attempts) for c in catalog.job_chunks(job.id))
     return JobInfo(job.id, job.relation, "table" if kind == "table" else "materialized view", job.strategy, phase,
                    job.rows_done, total, round(percent, 1), round(rate or 0.0, 1),
                    None if eta is None else round(eta, 1), lag_epochs, lag_s, job.rate_limit,
                    datetime.fromtimestamp(job.started_at, tz=UTC), created_epoch, job.merged_epoch, job.held_back,
-                   job.error)
+                   job.error, upstreams, chunks)

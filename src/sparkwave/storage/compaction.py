@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
-from sparkwave.meta.catalog import Relation
-from sparkwave.meta.crash import crash_point
-from sparkwave.meta.runtime import Runtime
+from sparkwave.core.catalog import Relation
+from sparkwave.core.crash import crash_point
+from sparkwave.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode 
 STATE_ROW_GROUP_ROWS = 512
 
 
-def write_base_files(rt: Runtime, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
+def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
                      sort: bool = True) -> tuple[list[str], list[int]]:
     """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
     folder, so that a crash leaves either no file or whole files. The files are not part of any
@@ -67,7 +67,7 @@ def write_base_files(rt: Runtime, rel: Relation, df: DataFrame, staging_name: st
     return files, rows
 
 
-def write_base(rt: Runtime, rel: Relation, df: DataFrame, epoch: int, *, crash_name: str = "mid_compaction",
+def write_base(rt: Store, rel: Relation, df: DataFrame, epoch: int, *, crash_name: str = "mid_compaction",
                record: bool = True) -> BaseFiles:
     """Write `df` (`| _vnode | columns |`) as `rel`'s base as of `epoch`. With `record`, the catalog
     records it; otherwise the caller records it in its own transaction (a new MV's)."""
@@ -82,7 +82,7 @@ def write_base(rt: Runtime, rel: Relation, df: DataFrame, epoch: int, *, crash_n
     return BaseFiles(version, files, rows)
 
 
-def compact(rt: Runtime, rel: Relation, epoch: int) -> bool:
+def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     """Compact `rel` at committed `epoch` if its log has anything past the current base."""
     base = rt.catalog.base_at(rel.name, epoch)
     since = base.epoch if base else 0

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from sparkwave.meta.catalog import Catalog
+from sparkwave.core.catalog import Catalog
+from sparkwave.core.chunk import Op, first_last
+from sparkwave.core.schema import Schema
+from sparkwave.core.zset import ns_join
 from sparkwave.storage.file_index import candidate_groups, file_index, read_groups
-from sparkwave.storage.schema import Schema
 from sparkwave.storage.table import base_arrow_schema, log_arrow_schema
-from sparkwave.stream.chunk import Op, first_last
-from sparkwave.stream.zset import ns_join
 
 
 def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Table,

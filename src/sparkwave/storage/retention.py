@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import time
 
-from sparkwave.meta.catalog import Relation
-from sparkwave.meta.epoch import epoch_from_ms
-from sparkwave.meta.runtime import Runtime
+from sparkwave.core.catalog import Relation
+from sparkwave.core.epoch import epoch_from_ms
+from sparkwave.storage.store import Store
 
 
-def needed_from(rt: Runtime, rel: Relation, retention_seconds: float) -> int:
+def needed_from(rt: Store, rel: Relation, retention_seconds: float) -> int:
     committed = rt.catalog.committed_epoch()
     window = epoch_from_ms(int((time.time() - retention_seconds) * 1000))
     needed = min(committed, window)
@@ -24,7 +24,7 @@ def needed_from(rt: Runtime, rel: Relation, retention_seconds: float) -> int:
     return needed if pin is None else min(needed, pin)
 
 
-def apply_retention(rt: Runtime, rel: Relation, retention_seconds: float) -> int:
+def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     """Remove what no reader needs; returns the number of files removed."""
     needed = needed_from(rt, rel, retention_seconds)
     keep = rt.catalog.base_at(rel.name, needed)
@@ -33,14 +33,7 @@ def apply_retention(rt: Runtime, rel: Relation, retention_seconds: float) -> int
     stored = rt.stored(rel)
     removed = 0
     old_logs = [p for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)]
-    old_bases = [b for b in rt.catalog.bases(rel.name) if b.epoch < keep.epoch]
-    with rt.catalog.transaction() as db:
-        db.execute("DELETE FROM log_files WHERE relation = ? AND epoch <= ?", (rel.name, keep.epoch))
-        for b in old_bases:
-            db.execute("DELETE FROM bases WHERE relation = ? AND epoch = ?", (rel.name, b.epoch))
-            db.execute("DELETE FROM base_files WHERE relation = ? AND epoch = ?", (rel.name, b.epoch))
-        db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                   (f"retained_from.{rel.name}", str(max(keep.epoch, rel.created_epoch))))
+    rt.catalog.retire(rel.name, keep.epoch, max(keep.epoch, rel.created_epoch))
     stored.retire_log_files([p for p in old_logs if os.path.exists(p)])
     live = {os.path.basename(f) for b in rt.catalog.bases(rel.name) for f in b.files}
     for p in old_logs:

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from sparkwave.meta.catalog import Catalog
-from sparkwave.storage.schema import Schema
-from sparkwave.storage.table import VNODES, base_spark_ddl, log_spark_ddl
-from sparkwave.stream.chunk import Op
+from sparkwave.core.catalog import Catalog
+from sparkwave.core.chunk import VNODES, Op
+from sparkwave.core.schema import Schema
+from sparkwave.storage.table import base_spark_ddl, log_spark_ddl
 
 
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:

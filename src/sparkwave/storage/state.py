@@ -11,19 +11,19 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparkwave.meta.catalog import Relation
-from sparkwave.meta.runtime import Runtime
+from sparkwave.core.catalog import Relation
+from sparkwave.core.chunk import consolidate
+from sparkwave.core.zset import to_ops
 from sparkwave.storage.lookup import lookup
-from sparkwave.stream.chunk import consolidate
-from sparkwave.stream.materialize import log_rows
-from sparkwave.stream.zset import to_ops
+from sparkwave.storage.store import Store
+from sparkwave.storage.table import log_rows
 
 
 def state_name(owner: str, suffix: str) -> str:
     return f"{owner}.{suffix}"
 
 
-def state_relations(rt: Runtime, owner: Relation) -> list[Relation]:
+def state_relations(rt: Store, owner: Relation) -> list[Relation]:
     return [rt.relation(state_name(owner.name, s)) for s in owner.definition.get("states", [])]
 
 
@@ -32,7 +32,7 @@ class StateIO:
     """One epoch's view of an MV's state tables: lookups as of `prev` (the last epoch whose state
     is committed for this MV) and the changes staged for `epoch`."""
 
-    rt: Runtime
+    rt: Store
     owner: str
     prev: int
     epoch: int

@@ -21,16 +21,22 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from sparkwave.storage.schema import Schema
+from sparkwave.core.schema import Schema
 
 APP_ID = "sparkwave-log"
 BASE_APP_ID = "sparkwave-base"
-VNODES = 256
 
 
 def log_arrow_schema(schema: Schema) -> pa.Schema:
     return pa.schema([("_epoch", pa.int64()), ("_seq", pa.int64()), ("_op", pa.int8()), ("_vnode", pa.int16()),
                       *[(c.name, c.type.arrow) for c in schema.columns]])
+
+
+def log_rows(rows: pa.Table, schema: Schema, epoch: int) -> pa.Table:
+    """`| _seq | _op | _vnode | columns |` rows as the relation's log rows of `epoch`."""
+    target = log_arrow_schema(schema)
+    rows = rows.append_column("_epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
+    return rows.select(target.names).cast(target)
 
 
 def base_arrow_schema(schema: Schema) -> pa.Schema:

@@ -20,10 +20,10 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkwave.storage.schema import SqlType
+from sparkwave.core.schema import SqlType
+from sparkwave.core.zset import W, distinct, net, ns_join, with_weight
 from sparkwave.storage.state import StateIO
 from sparkwave.stream.plan import Node, agg_partials, value_args
-from sparkwave.stream.zset import W, distinct, net, ns_join, with_weight
 
 
 def _arrow(t: str) -> pa.DataType:

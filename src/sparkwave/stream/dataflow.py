@@ -22,18 +22,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
-from sparkwave.meta.catalog import Relation
-from sparkwave.meta.runtime import Runtime
+from sparkwave.core.catalog import Relation
+from sparkwave.core.chunk import Op, consolidate, vnode
+from sparkwave.core.schema import SqlType
+from sparkwave.core.zset import W, to_ops
 from sparkwave.storage import snapshot as snap
-from sparkwave.storage.schema import SqlType
 from sparkwave.storage.state import StateIO, state_name
-from sparkwave.storage.table import log_spark_ddl
+from sparkwave.storage.store import Store
+from sparkwave.storage.table import log_rows, log_spark_ddl
 from sparkwave.stream.aggregate import aggregate
-from sparkwave.stream.chunk import Op, consolidate, vnode
 from sparkwave.stream.join import join
-from sparkwave.stream.materialize import log_rows
 from sparkwave.stream.plan import Node, agg_partials, state_schemas, sum_type, value_args
-from sparkwave.stream.zset import W, to_ops
 
 _SPARK_JOIN = {"inner": "inner", "left": "left_outer", "right": "right_outer", "full": "full_outer"}
 
@@ -82,7 +81,7 @@ def _is_rename(node: Node) -> bool:
 
 
 class Dataflow:
-    def __init__(self, rt: Runtime, rel: Relation) -> None:
+    def __init__(self, rt: Store, rel: Relation) -> None:
         self.rt = rt
         self.rel = rel
         self.root = Node.from_json(rel.definition["dataflow"])

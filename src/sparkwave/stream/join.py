@@ -13,9 +13,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkwave.core.zset import W, distinct, net, with_weight
 from sparkwave.storage.state import StateIO
 from sparkwave.stream.plan import Node
-from sparkwave.stream.zset import W, distinct, net, with_weight
 
 _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer"}
 

@@ -12,15 +12,9 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from sparkwave.storage.schema import Schema
-from sparkwave.storage.table import log_arrow_schema
-from sparkwave.stream.chunk import Op, consolidate
-
-
-def log_rows(rows: pa.Table, schema: Schema, epoch: int) -> pa.Table:
-    target = log_arrow_schema(schema)
-    rows = rows.append_column("_epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
-    return rows.select(target.names).cast(target)
+from sparkwave.core.chunk import Op, consolidate
+from sparkwave.core.schema import Schema
+from sparkwave.storage.table import log_rows
 
 
 def materialize_table(intents: pa.Table, schema: Schema, epoch: int,

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkwave.storage.schema import Column, Schema, SqlType
+from sparkwave.core.schema import Column, Schema, SqlType
 
 AGG_FUNCTIONS = ("count_star", "count", "sum", "avg", "min", "max", "count_distinct")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from sparkwave.errors import SparkwaveError
+from sparkwave.core.errors import SparkwaveError
 
 REQUIRED_CONF = {
     "spark.sql.session.timeZone": "UTC",

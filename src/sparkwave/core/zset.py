@@ -11,7 +11,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkwave.stream.chunk import Op
+from sparkwave.core.chunk import Op
 
 W = "_w"
 

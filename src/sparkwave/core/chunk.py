@@ -17,8 +17,9 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkwave.storage.schema import Schema
-from sparkwave.storage.table import VNODES
+from sparkwave.core.schema import Schema
+
+VNODES = 256  # hash buckets of keys: the unit of backfill chunks and of base-file clustering
 
 
 class Op(IntEnum):

@@ -28,13 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sparkwave.errors import CatalogError
-from sparkwave.storage.schema import Schema
-
-if TYPE_CHECKING:
-    from sparkwave.meta.lag_rule import Lag
+from sparkwave.core.epoch import Lag
+from sparkwave.core.errors import CatalogError
+from sparkwave.core.schema import Schema
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS relations (
@@ -115,8 +113,8 @@ class JobRow:
     snapshot_epoch: int | None
     consumed_epoch: int | None
     allowed_lag: float | None  # the lag rule (lag_rule.py)
-    next_vnode: int
-    vnode_rows: list[int] | None
+    next_vnode: int  # the snapshot's vnodes below this one are read
+    vnode_rows: dict[str, list[int]] | None  # rows per vnode of each upstream's snapshot at S
     rows_total: int
     rows_done: int
     rate_limit: int | None  # rows per second; None = unlimited, 0 = paused
@@ -135,6 +133,18 @@ KEPT_JOB_STEPS = 5000  # a job's most recent checkpoints kept for progress and i
 
 _JOB_COLS = ("id, relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, allowed_lag, next_vnode, "
              "vnode_rows, rows_total, rows_done, rate_limit, started_at, finished_at, merged_epoch, held_back, error")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One checkpoint of a job's snapshot phase: the upstream rows of vnodes `[lo, hi)`."""
+
+    lo: int
+    hi: int
+    rows: int
+    state: str  # 'reading' (in flight: a crash re-reads it) | 'done'
+    attempts: int
+    files: dict[str, list[str]]  # the files it wrote, by table (the MV and its state tables)
 
 
 @dataclass(frozen=True)
@@ -259,6 +269,12 @@ class Catalog:
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
 
     # --- epochs ---------------------------------------------------------------------------------
+    def forget_orphans(self) -> None:
+        """Files, offsets and pins of relations that no longer exist (a DROP that crashed midway)."""
+        with self.transaction() as db:
+            for table in ("log_files", "bases", "base_files", "source_offsets", "pins"):
+                db.execute(f"DELETE FROM {table} WHERE relation NOT IN (SELECT name FROM relations)")
+
     def committed_epoch(self) -> int:
         row = self._one("SELECT max(epoch) FROM epochs WHERE state = 'committed'")
         return int(row[0]) if row and row[0] is not None else 0
@@ -322,6 +338,16 @@ class Catalog:
         db.execute("INSERT OR REPLACE INTO bases VALUES (?, ?, ?, ?)", (relation, epoch, version, rows))
         db.execute("DELETE FROM base_files WHERE relation = ? AND epoch = ?", (relation, epoch))
         db.executemany("INSERT INTO base_files VALUES (?, ?, ?)", [(relation, epoch, f) for f in files])
+
+    def retire(self, relation: str, keep: int, retained_from: int) -> None:
+        """Retention: bases older than the base at `keep` and log files of epochs `<= keep` are
+        forgotten; time travel works from `retained_from` on."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM log_files WHERE relation = ? AND epoch <= ?", (relation, keep))
+            db.execute("DELETE FROM bases WHERE relation = ? AND epoch < ?", (relation, keep))
+            db.execute("DELETE FROM base_files WHERE relation = ? AND epoch < ?", (relation, keep))
+            db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                       (f"retained_from.{relation}", str(retained_from)))
 
     def log_rows_since(self, relation: str, epoch: int) -> tuple[int, int]:
         row = self._one("SELECT count(*), coalesce(sum(rows), 0) FROM log_files WHERE relation = ? AND epoch > ?",
@@ -398,10 +424,10 @@ class Catalog:
         db.execute("DELETE FROM job_steps WHERE job = ? AND step <= ?", (job_id, row[0] + 1 - KEPT_JOB_STEPS))
 
     # --- a creating job's checkpoints (each one transaction) -------------------------------------
-    def set_job_counts(self, job_id: int, vnode_rows: list[int]) -> None:
-        """The snapshot's rows per vnode, counted once when the job starts reading it."""
+    def set_job_counts(self, job_id: int, vnode_rows: dict[str, list[int]]) -> None:
+        """Each upstream snapshot's rows per vnode, counted once when the job starts reading them."""
         with self.transaction() as db:
-            self.update_job(db, job_id, vnode_rows=vnode_rows, rows_total=sum(vnode_rows))
+            self.update_job(db, job_id, vnode_rows=vnode_rows, rows_total=sum(map(sum, vnode_rows.values())))
 
     def start_chunk(self, job_id: int, lo: int, hi: int, rows: int) -> None:
         """A chunk is in flight: a crash from here on re-reads it (and counts the attempt)."""
@@ -459,9 +485,9 @@ class Catalog:
         with self.transaction() as db:
             self.update_job(db, job_id, **fields)
 
-    def job_chunks(self, job_id: int) -> list[tuple[int, int, int, str, int, dict[str, list[str]]]]:
-        """(lo, hi, rows, state, attempts, files by table) by vnode."""
-        return [(lo, hi, n, st, a, json.loads(f) if f else {}) for lo, hi, n, st, a, f in self._all(
+    def job_chunks(self, job_id: int) -> list[Chunk]:
+        """The snapshot phase's chunks by vnode."""
+        return [Chunk(lo, hi, n, st, a, json.loads(f) if f else {}) for lo, hi, n, st, a, f in self._all(
             "SELECT lo, hi, rows, state, attempts, files FROM job_chunks WHERE job = ? ORDER BY lo", (job_id,))]
 
     def epochs_between(self, after: int, upto: int | None = None) -> list[int]:
@@ -524,5 +550,6 @@ def _relation(row: tuple) -> Relation:
 def _job(row: tuple) -> JobRow:
     vals = list(row)
     vals[3] = Phase(vals[3])
-    vals[9] = json.loads(vals[9]) if vals[9] else None
+    counts = json.loads(vals[9]) if vals[9] else None
+    vals[9] = {vals[4] or "": counts} if isinstance(counts, list) else counts  # a list: summed (older versions)
     return JobRow(*vals)

@@ -4,6 +4,7 @@ a 16-bit sequence in the low bits, strictly increasing even if the clock steps b
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 EPOCH_ORIGIN_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
@@ -27,3 +28,15 @@ def epoch_ms(epoch: int) -> int:
 
 def epoch_datetime(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch_ms(epoch) / 1000, tz=UTC)
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How far the main graph is ahead of a creating job (the lag rule's input, meta/lag_rule.py)."""
+
+    epochs: int  # main-graph epochs, planned or committed, after the job's consumed epoch
+    ms: int  # physical time from the consumed epoch to the newest of them
+
+    @property
+    def seconds(self) -> float:
+        return self.ms / 1000

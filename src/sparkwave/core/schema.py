@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sparkwave.errors import SqlError
+from sparkwave.core.errors import SqlError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType

@@ -1,0 +1,184 @@
+"""DDL: CREATE TABLE, CREATE MATERIALIZED VIEW (with its backfill strategy) and DROP."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from sqlglot import exp
+
+from sparkwave.connectors import make_connector
+from sparkwave.core.catalog import Relation
+from sparkwave.core.errors import CatalogError
+from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, parse_type
+from sparkwave.frontend.planner import Planner
+from sparkwave.frontend.progress_bars import JobBars
+from sparkwave.frontend.statements import Statement
+from sparkwave.meta.creating_job import Strategy
+from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
+from sparkwave.meta.locks import Locks
+from sparkwave.meta.progress import job_infos
+from sparkwave.meta.runtime import Runtime
+from sparkwave.meta.settings import Settings
+from sparkwave.storage.compaction import write_base
+from sparkwave.storage.state import state_name
+from sparkwave.stream.dataflow import Dataflow
+from sparkwave.stream.plan import state_schemas
+
+
+class Ddl:
+    def __init__(self, rt: Runtime, locks: Locks, creating: CreatingJobs) -> None:
+        self.rt = rt
+        self.catalog = rt.catalog
+        self.warehouse = rt.warehouse
+        self.spark = rt.spark
+        self.locks = locks
+        self.creating = creating
+
+    def create_table(self, stmt: Statement) -> None:
+        ast = stmt.ast
+        assert isinstance(ast, exp.Create)
+        name = ast.this.this.name.lower()
+        if self.catalog.relation(name) is not None:
+            if stmt.args["if_not_exists"]:
+                return
+            raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        columns: list[Column] = []
+        key: list[str] = []
+        for item in ast.this.expressions:
+            if isinstance(item, exp.ColumnDef):
+                cname = item.this.name.lower()
+                if cname in RESERVED_COLUMNS:
+                    raise stmt.error(f"column name {cname!r} is reserved", cname)
+                if any(c.name == cname for c in columns):
+                    raise stmt.error(f"duplicate column {cname!r}", cname)
+                if item.args.get("kind") is None:
+                    raise stmt.error(f"column {cname!r} needs a type", cname)
+                columns.append(Column(cname, parse_type(item.args["kind"].sql(dialect="postgres"))))
+                if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in item.constraints):
+                    key.append(cname)
+            elif isinstance(item, exp.PrimaryKey):
+                key.extend(i.name.lower() for i in item.expressions)
+            else:
+                raise stmt.error(f"unsupported table element {item.sql(dialect='postgres')!r}")
+        if not columns:
+            raise stmt.error(f"table {name!r} needs at least one column")
+        for k in key:
+            if not any(c.name == k for c in columns):
+                raise stmt.error(f"primary key column {k!r} is not a column of {name!r}", k)
+        append_only = stmt.args["append_only"]
+        if append_only and key:
+            raise stmt.error("an APPEND ONLY table has no primary key", "APPEND ONLY")
+        options = stmt.args["options"]
+        if options and "connector" not in options:
+            raise stmt.error("WITH options of a table need connector = '...'", "WITH")
+        if options and not key:
+            append_only = True
+        if not key:
+            columns.append(Column("_row_id", parse_type("bigint"), hidden=True))
+            key = ["_row_id"]
+        schema = Schema(tuple(columns), tuple(key), append_only)
+        definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        if options:
+            make_connector(name, schema, options)  # validates the options
+            definition["connector"] = options
+        with self.locks.epoch:
+            rel = Relation(name, "table", schema, definition, self.catalog.committed_epoch())
+            self.rt.stored(rel).create()
+            with self.catalog.transaction() as db:
+                self.catalog.add_relation(db, rel)
+
+
+    def create_mv(self, stmt: Statement) -> None:
+        name = stmt.args["name"]
+        if self.catalog.relation(name) is not None:
+            if stmt.args["if_not_exists"]:
+                return
+            raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        options = {k.lower(): v for k, v in stmt.args["options"].items()}
+        unknown = set(options) - {"backfill_strategy"}
+        if unknown:
+            raise stmt.error(f"unknown option(s) {', '.join(sorted(unknown))} for CREATE MATERIALIZED VIEW", "WITH")
+        settings = Settings.load(self.catalog)
+        strategy = options.get("backfill_strategy", settings.backfill_strategy).lower()
+        if strategy not in tuple(Strategy):
+            raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: {', '.join(Strategy)}",
+                             "backfill_strategy")
+        assert stmt.ast is not None
+        plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
+        for u in plan.upstreams:
+            upstream = self.rt.relation(u)
+            if upstream.state != "created":
+                job = self.catalog.job_of(u)
+                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is itself still being created "
+                                   f"(job {job.id if job else '?'}); WAIT for it first (at {stmt.where(u)})")
+        schemas = state_schemas(plan.root)
+        definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
+                      "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
+                      "states": list(schemas), "backfill_strategy": strategy}
+        limit = settings.backfill_rate_limit
+        with self.locks.epoch:  # blocking: the whole build; snapshot: only to read one committed epoch S
+            epoch = self.catalog.committed_epoch()
+            state = "created" if strategy == "blocking" else "creating"
+            rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
+            tables = [rel] + [Relation(state_name(name, sfx), "state", sch, {"owner": name, "upstreams": []},
+                                       epoch, state=state) for sfx, sch in schemas.items()]
+            for t in tables:
+                self.rt.stored(t).create()
+            if strategy == "blocking":
+                flow = Dataflow(self.rt, rel)
+                try:
+                    built = flow.build(epoch)
+                    bases = [write_base(self.rt, t, built[t.name], epoch, crash_name="mid_backfill", record=False)
+                             for t in tables]
+                finally:
+                    flow.release()
+            with self.catalog.transaction() as db:
+                if strategy == "blocking":
+                    self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0])
+                else:
+                    job_id = self.creating.register(db, rel, plan.upstreams, Strategy(strategy))
+                    if limit is not None:
+                        self.catalog.update_job(db, job_id, rate_limit=limit)
+                for t in tables[1:]:
+                    self.catalog.add_relation(db, t)
+                if strategy == "blocking":
+                    for t, b in zip(tables, bases, strict=True):
+                        self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
+        if strategy == "blocking":
+            return
+        self.creating.start(job_id)
+        if not settings.background_ddl:
+            self._wait_foreground(job_id)
+
+    def _wait_foreground(self, job_id: int) -> None:
+        if not sys.stderr.isatty():
+            self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES)
+            return
+        with JobBars() as bars:
+            self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES, on_progress=lambda: bars.update(
+                [j for j in job_infos(self.catalog) if j.id == job_id]))
+
+    def drop(self, stmt: Statement) -> None:
+        name = stmt.args["name"]
+        rel = self.catalog.relation(name)
+        if rel is None:
+            if stmt.args["if_exists"]:
+                return
+            raise CatalogError(f"cannot drop {name!r}: no such table or materialized view (at {stmt.where(name)})")
+        if rel.kind != stmt.args["kind"]:
+            what = "a table" if rel.kind == "table" else "a materialized view"
+            raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
+        job = self.catalog.job_of(name)
+        if job is not None and job.creating:
+            self.creating.cancel(job.id)  # its partial table, progress and pins go with it
+            return
+        with self.locks.ddl, self.locks.epoch:
+            dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
+            if dependents:
+                raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "
+                                   "drop them first")
+            with self.catalog.transaction() as db:
+                self.catalog.remove_relation(db, name)
+            self.rt.forget(name)
+            self.warehouse.remove_tree(self.warehouse.relation_dir(name))

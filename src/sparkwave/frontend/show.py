@@ -1,0 +1,42 @@
+"""SHOW and DESCRIBE: what the catalog knows, as DataFrames."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from sparkwave.frontend.statements import Statement
+from sparkwave.meta.progress import job_infos
+from sparkwave.storage.state import state_relations
+from sparkwave.storage.store import Store
+from sparkwave.stream.plan import state_purpose
+
+
+def show(rt: Store, stmt: Statement) -> DataFrame:
+    what = stmt.args["what"]
+    rels = rt.catalog.relations()
+    if what == "TABLES":
+        return rt.spark.createDataFrame([(r.name,) for r in rels if r.kind == "table"], "name string")
+    if what == "MATERIALIZED VIEWS":
+        return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels if r.kind == "mv"],
+                                    "name string, definition string")
+    return rt.spark.createDataFrame(
+        [(j.id, j.name, j.kind, j.strategy, j.phase, j.rows_done, j.rows_total, j.percent, j.rows_per_second,
+          j.eta_seconds, j.lag_epochs, j.lag_seconds, j.rate_limit, j.started_at.replace(tzinfo=None),
+          j.created_epoch, j.held_back, j.error, "; ".join(map(str, j.upstreams)),
+          sum(c.attempts - 1 for c in j.chunks)) for j in job_infos(rt.catalog)],
+        "id int, name string, kind string, strategy string, phase string, snapshot_rows_done bigint, "
+        "snapshot_rows_total bigint, percent double, rows_per_second double, eta_seconds double, "
+        "lag_epochs int, lag_seconds double, rate_limit bigint, started_at timestamp, created_epoch bigint, "
+        "held_back int, error string, upstreams string, chunks_reread int")
+
+
+def describe(rt: Store, stmt: Statement) -> DataFrame:
+    """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
+    rel = rt.relation(stmt.args["name"])
+    rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
+        (c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
+    for state in state_relations(rt, rel):
+        suffix = state.name.split(".", 1)[1]
+        rows.append((state.name, "internal table", None, None, state_purpose(suffix, state.schema.key)))
+    return rt.spark.createDataFrame(
+        rows, "name string, type string, is_key boolean, is_hidden boolean, description string")

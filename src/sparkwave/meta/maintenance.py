@@ -1,0 +1,61 @@
+"""Maintenance: when to compact a relation's log into a new base and apply retention, in a
+background thread of the owner (and on demand)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sparkwave.core.catalog import Relation
+from sparkwave.meta.locks import Locks
+from sparkwave.meta.settings import Settings
+from sparkwave.storage.compaction import compact
+from sparkwave.storage.retention import apply_retention
+from sparkwave.storage.store import Store
+
+log = logging.getLogger("sparkwave.maintenance")
+
+
+class Maintenance:
+    def __init__(self, store: Store, locks: Locks, interval_s: float) -> None:
+        self.store = store
+        self.locks = locks
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sparkwave-compactor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def run(self, rel: Relation, epoch: int) -> bool:
+        """Compact `rel` at `epoch` and apply retention; returns whether it compacted. Under the ddl
+        lock, so that a DROP waits; retention also between two epochs, so that no epoch is reading
+        the files it removes (lock order: ddl, then epoch; see meta/locks.py)."""
+        with self.locks.ddl:
+            if self.store.catalog.relation(rel.name) is None:  # dropped meanwhile
+                return False
+            compacted = compact(self.store, rel, epoch)
+            with self.locks.epoch:
+                apply_retention(self.store, rel, Settings.load(self.store.catalog).retention_seconds)
+        return compacted
+
+    def _loop(self) -> None:
+        catalog = self.store.catalog
+        while not self._stop.wait(self.interval_s):
+            try:
+                threshold = Settings.load(catalog).compaction_epochs
+                epoch = catalog.committed_epoch()
+                for rel in catalog.relations(internal=True):
+                    if self._stop.is_set():
+                        return
+                    base = catalog.base_at(rel.name, epoch)
+                    n, _ = catalog.log_rows_since(rel.name, base.epoch if base else 0)
+                    if n >= threshold:
+                        self.run(rel, epoch)
+            except Exception:
+                log.exception("compaction failed; it will be retried")

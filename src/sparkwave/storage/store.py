@@ -1,0 +1,64 @@
+"""The stored side of a running warehouse: Spark, the catalog, the warehouse folder, and the open
+stored tables of its relations, with snapshot reads checked against retention."""
+
+from __future__ import annotations
+
+import threading
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sparkwave.core.catalog import Catalog, Relation
+from sparkwave.core.errors import CatalogError, NotRetainedError
+from sparkwave.storage import snapshot as snap
+from sparkwave.storage.table import StoredTable
+from sparkwave.storage.warehouse import Warehouse
+
+
+class Store:
+    def __init__(self, spark: SparkSession, warehouse: Warehouse, catalog: Catalog) -> None:
+        self.spark = spark
+        self.warehouse = warehouse
+        self.catalog = catalog
+        self._tables: dict[str, StoredTable] = {}
+        self._lock = threading.Lock()
+
+    def relation(self, name: str) -> Relation:
+        rel = self.catalog.relation(name)
+        if rel is None:
+            known = ", ".join(r.name for r in self.catalog.relations()) or "none"
+            raise CatalogError(f"unknown table or materialized view {name!r} (known: {known})")
+        return rel
+
+    def stored(self, rel: Relation) -> StoredTable:
+        with self._lock:
+            t = self._tables.get(rel.name)
+            if t is None or t.schema != rel.schema:
+                t = StoredTable(self.warehouse.relation_dir(rel.name), rel.name, rel.schema)
+                self._tables[rel.name] = t
+            return t
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._tables.pop(name, None)
+
+    def retained_from(self, rel: Relation) -> int:
+        return int(self.catalog.setting(f"retained_from.{rel.name}", str(rel.created_epoch)) or 0)
+
+    def check_retained(self, rel: Relation, epoch: int) -> None:
+        committed = self.catalog.committed_epoch()
+        lo = self.retained_from(rel)
+        if epoch > committed:
+            raise NotRetainedError(f"epoch {epoch} is not committed yet (latest committed epoch: {committed})")
+        if epoch < lo:
+            raise NotRetainedError(f"{rel.name!r} as of epoch {epoch} is no longer retained; "
+                                   f"the oldest retained epoch is {lo}")
+
+    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None) -> DataFrame:
+        """All stored columns (hidden included, `_vnode` too) of `rel` as of a committed epoch, or
+        only the rows of the vnodes in `[lo, hi)`."""
+        self.check_retained(rel, epoch)
+        return snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch, vnodes)
+
+    def visible(self, rel: Relation, epoch: int) -> DataFrame:
+        return self.snapshot(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])
