@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench lint java
+.PHONY: demo test chaos bench lint java
 
 java:
 	@bash scripts/check-java.sh
@@ -24,6 +24,9 @@ test: java $(VENV)/.installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+chaos: java $(VENV)/.installed
+	$(BIN)/python -m pytest -m chaos
 
 bench: java $(VENV)/.installed
 	$(BIN)/python -m bench.run_all

@@ -19,11 +19,14 @@ from tests.oracle import Model, multiset, rows_of
 ROOT = Path(__file__).resolve().parent.parent
 
 POINTS = [
-    "after_plan:4",             # after the plan is persisted
-    "mid_execute:4",            # during execution
+    # after the plan is persisted (make chaos)
+    pytest.param("after_plan:4", marks=pytest.mark.chaos),
+    # during execution (make chaos)
+    pytest.param("mid_execute:4", marks=pytest.mark.chaos),
     "mid_commit:5",             # after some but not all of an epoch's Delta commits
     "before_catalog_commit:4",  # after all Delta commits, before the catalog commit
-    "mid_compaction:2",         # compaction: base files written, Delta commit not yet made
+    # compaction: base files written, Delta commit not yet made (make chaos)
+    pytest.param("mid_compaction:2", marks=pytest.mark.chaos),
     "mid_compaction_after_delta:2",  # compaction: Delta commit made, catalog not yet
     "mid_backfill",             # during the blocking backfill of the late MV (the only blocking one)
 ]
