@@ -71,8 +71,9 @@ def add(acc: Counter[Row], delta: Counter[Row]) -> Counter[Row]:
 
 @dataclass
 class MemoryStates:
-    """Duck-types `StateIO` in memory: per state table, its rows by key. `stage` only buffers; the
-    changes become visible to `lookup` at `commit()`, as the real store reads the previous epoch.
+    """The operators' `States` in memory (`StateIO` keeps them on disk): per state table, its rows by
+    key. `stage` only buffers; the changes become visible to `lookup` at `commit()`, as the real
+    store reads the previous epoch.
 
     It also checks that staged changes are consistent (what `consolidate` assumes of them): per key at
     most one -1 row, equal to the committed row, and a +1 row for a key that exists only after its -1;

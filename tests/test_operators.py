@@ -1,7 +1,8 @@
-"""Spark-free unit tests of the stateful Arrow operators (`stream/join.py`, `stream/aggregate.py`).
+"""Spark-free unit tests of the operators' Arrow side (`Join.apply`, `Aggregate.apply`, a rename's
+`Project.apply`) and of the operator tree's catalog JSON and state tables.
 
-Each test drives one operator epoch by epoch over literal Z-sets (`tests/chunks.py`) with an
-in-memory state store, checks each epoch's output against a literal, and checks that the output
+Each operator test drives one operator epoch by epoch over literal Z-sets (`tests/chunks.py`) with
+an in-memory state store, checks each epoch's output against a literal, and checks that the output
 accumulated so far equals the same query evaluated from scratch (in plain Python) on the inputs
 accumulated so far: the incremental invariant the MVs rely on."""
 
@@ -13,19 +14,20 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sparkwave.stream.aggregate import aggregate
-from sparkwave.stream.dataflow import arrow_schema
-from sparkwave.stream.join import join
-from sparkwave.stream.plan import Agg, Node, state_schemas
+from sparkwave.stream.aggregate import Agg, Aggregate
+from sparkwave.stream.join import Join, JoinType
+from sparkwave.stream.plan import from_json, state_purpose, state_schemas
+from sparkwave.stream.project import Project
+from sparkwave.stream.scan import Scan, Window
 from tests.chunks import MemoryStates, Row, W, add, as_counter, zset
 
 WF = pa.field(W, pa.int64())
 
 
 # --- from-scratch evaluation ------------------------------------------------------------------------
-def join_from_scratch(node: Node, left: Counter[Row], right: Counter[Row]) -> Counter[Row]:
+def join_from_scratch(node: Join, left: Counter[Row], right: Counter[Row]) -> Counter[Row]:
     """SQL's equi-join of two multisets: NULL keys never match; outer sides are NULL-padded."""
-    lnames, rnames = node.inputs[0].names, node.inputs[1].names
+    lnames, rnames = node.left.names, node.right.names
     li, ri = [lnames.index(k) for k in node.left_keys], [rnames.index(k) for k in node.right_keys]
     out: Counter[Row] = Counter()
     matched: set[Row] = set()
@@ -57,9 +59,9 @@ def _agg_value(fn: str, rows: list[dict[str, Any]], arg: str | None) -> Any:
     return sum(xs) if fn == "sum" else min(xs) if fn == "min" else max(xs)
 
 
-def aggregate_from_scratch(node: Node, rows: Counter[Row]) -> Counter[Row]:
+def aggregate_from_scratch(node: Aggregate, rows: Counter[Row]) -> Counter[Row]:
     """SQL's GROUP BY of a multiset (NULLs form one group); a scalar aggregate always has its one row."""
-    names = node.inputs[0].names
+    names = node.input.names
     groups: dict[Row, list[dict[str, Any]]] = {}
     for row, w in rows.items():
         r = dict(zip(names, row, strict=True))
@@ -73,9 +75,9 @@ def aggregate_from_scratch(node: Node, rows: Counter[Row]) -> Counter[Row]:
 class JoinRun:
     """A join node fed epoch by epoch, checked per epoch and against the from-scratch join."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Join) -> None:
         self.node, self.states = node, MemoryStates(state_schemas(node))
-        self.schemas = (arrow_schema(node.inputs[0]), arrow_schema(node.inputs[1]))
+        self.schemas = (node.left.arrow_schema(), node.right.arrow_schema())
         self.left: Counter[Row] = Counter()
         self.right: Counter[Row] = Counter()
         self.out: Counter[Row] = Counter()
@@ -83,9 +85,9 @@ class JoinRun:
     def epoch(self, left: str = "", right: str = "", expect: str = "") -> None:
         dl = zset(left, self.schemas[0]) if left.strip() else None  # None: that side had no change, as in dataflow
         dr = zset(right, self.schemas[1]) if right.strip() else None
-        out = join(self.node, dl, dr, self.states, self.schemas)  # type: ignore[arg-type]
+        out = self.node.apply(dl, dr, self.states)
         self.states.commit()
-        expected = zset(expect, arrow_schema(self.node, WF))
+        expected = zset(expect, self.node.arrow_schema(WF))
         assert out.schema.equals(expected.schema), out.schema
         assert as_counter(out) == as_counter(expected)
         self.left = add(self.left, as_counter(dl) if dl is not None else Counter())
@@ -99,17 +101,17 @@ class AggRun:
     The accumulated output starts as the from-scratch result over no rows: what the MV's backfill
     writes (a scalar aggregate's one row; the operator only ever emits changes to it)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Aggregate) -> None:
         self.node, self.states = node, MemoryStates(state_schemas(node))
         self.input: Counter[Row] = Counter()
         self.out = aggregate_from_scratch(node, Counter())
 
     def epoch(self, d: str, expect: str) -> None:
-        delta = zset(d, arrow_schema(self.node.inputs[0])) if d.strip() else \
-            arrow_schema(self.node.inputs[0], WF).empty_table()
-        out = aggregate(self.node, delta, self.states)  # type: ignore[arg-type]
+        schema = self.node.input.arrow_schema(WF)
+        delta = zset(d, schema) if d.strip() else schema.empty_table()
+        out = self.node.apply(delta, self.states)
         self.states.commit()
-        expected = zset(expect, arrow_schema(self.node, WF))
+        expected = zset(expect, self.node.arrow_schema(WF))
         assert out.schema.equals(expected.schema), out.schema
         assert as_counter(out) == as_counter(expected)
         self.input = add(self.input, as_counter(delta))
@@ -118,20 +120,26 @@ class AggRun:
 
 
 # --- plans --------------------------------------------------------------------------------------------
-def join_node(join_type: str) -> Node:
+def scan(id: int, relation: str, columns: list[tuple[str, str]], key: list[str]) -> Scan:
+    """A scan of `relation` whose columns `c<id>_<name>` are the upstream's `<name>`."""
+    return Scan(id, columns, key, relation=relation, exprs=[(n, f"`{n.split('_', 1)[1]}`") for n, _ in columns])
+
+
+def join_node(join_type: JoinType) -> Join:
     """`l(id, k, v) <join_type> JOIN r(id, k, w) ON l.k = r.k`, each side keyed by its id."""
-    left = Node(1, "scan", [("c1_id", "int"), ("c1_k", "int"), ("c1_v", "varchar")], ["c1_id"], relation="l")
-    right = Node(2, "scan", [("c2_id", "int"), ("c2_k", "int"), ("c2_w", "varchar")], ["c2_id"], relation="r")
-    return Node(3, "join", left.columns + right.columns, ["c1_id", "c2_id"], [left, right], join_type=join_type,
+    left = scan(1, "l", [("c1_id", "int"), ("c1_k", "int"), ("c1_v", "varchar")], ["c1_id"])
+    right = scan(2, "r", [("c2_id", "int"), ("c2_k", "int"), ("c2_w", "varchar")], ["c2_id"])
+    return Join(3, left.columns + right.columns, ["c1_id", "c2_id"], left=left, right=right, join_type=join_type,
                 left_keys=["c1_k"], right_keys=["c2_k"])
 
 
-def agg_node(child_cols: list[tuple[str, str]], group: list[str], aggs: list[Agg], scalar: bool = False) -> Node:
-    """GROUP BY `group` over a projection keyed by its last column (a row id)."""
-    child = Node(1, "project", child_cols, [child_cols[-1][0]], exprs=[(n, f"`{n}`") for n, _ in child_cols])
+def agg_node(child_cols: list[tuple[str, str]], group: list[str], aggs: list[Agg], scalar: bool = False
+             ) -> Aggregate:
+    """GROUP BY `group` over a scan keyed by its last column (a row id)."""
+    child = scan(1, "t", child_cols, [child_cols[-1][0]])
     types = dict(child_cols)
-    return Node(2, "agg", [(g, types[g]) for g in group] + [(a.out, a.type) for a in aggs], list(group), [child],
-                group=list(group), aggs=aggs, scalar=scalar)
+    return Aggregate(2, [(g, types[g]) for g in group] + [(a.out, a.type) for a in aggs], list(group), input=child,
+                     group=list(group), aggs=aggs, scalar=scalar)
 
 
 # --- joins --------------------------------------------------------------------------------------------
@@ -371,3 +379,134 @@ def test_min_max_of_boolean_and_timestamptz(sql_type: str, lo: str, hi: str) -> 
         + 1 {hi} 1
         + 1 {lo} 2""", f"""
         + 1 {lo} {hi}""")
+
+
+def test_min_and_count_distinct_with_repeated_values_and_avg_to_null() -> None:
+    """SELECT g, min(x), count(DISTINCT x), avg(y) FROM t GROUP BY g: a value held by several rows
+    stays the min until its last row leaves."""
+    node = agg_node([("c1_g", "int"), ("c1_x", "int"), ("c1_y", "double"), ("c1_id", "int")], ["c1_g"], [
+        Agg("min", "c1_x", "c2_lo", "int"), Agg("count_distinct", "c1_x", "c2_d", "bigint"),
+        Agg("avg", "c1_y", "c2_a", "double")])
+    run = AggRun(node)
+    run.epoch("""
+        + 1 2 1.0 1
+        + 1 2 3.0 2
+        + 1 7 . 3""", """
+        + 1 2 2 2.0""")
+    run.epoch("""
+        - 1 2 1.0 1""", """
+        - 1 2 2 2.0
+        + 1 2 2 3.0""")
+    run.epoch("""
+        - 1 2 3.0 2""", """
+        - 1 2 2 3.0
+        + 1 7 1 .""")
+    assert run.states.contents("a2v0") == Counter({(1, 7, 1): 1})
+
+
+def test_join_on_two_columns_with_a_null_part() -> None:
+    """l(id, a, b) INNER JOIN r(id, a, b) ON l.a = r.a AND l.b = r.b: a NULL in either part never matches."""
+    left = scan(1, "l", [("c1_id", "int"), ("c1_a", "int"), ("c1_b", "varchar")], ["c1_id"])
+    right = scan(2, "r", [("c2_id", "int"), ("c2_a", "int"), ("c2_b", "varchar")], ["c2_id"])
+    run = JoinRun(Join(3, left.columns + right.columns, ["c1_id", "c2_id"], left=left, right=right,
+                       join_type="inner", left_keys=["c1_a", "c1_b"], right_keys=["c2_a", "c2_b"]))
+    run.epoch(left="""
+        + 1 1 x
+        + 2 1 .
+        + 3 2 x""", right="""
+        + 7 1 x
+        + 8 1 .
+        + 9 1 y""", expect="""
+        + 1 1 x 7 1 x""")
+    run.epoch(right="""
+        - 9 1 y
+        + 9 2 x""", expect="""
+        + 3 2 x 9 2 x""")
+    assert run.states.contents("j3r") == Counter({(7, 1, "x"): 1, (9, 2, "x"): 1})
+
+
+# --- projections ---------------------------------------------------------------------------------
+def test_project_rename_over_a_zset_stays_in_arrow() -> None:
+    """A projection that only renames, reorders and repeats columns runs without Spark."""
+    child = scan(1, "t", [("c1_id", "int"), ("c1_v", "varchar")], ["c1_id"])
+    proj = Project(2, [("c2_v", "varchar"), ("c2_id", "int"), ("c2_id2", "int")], ["c2_id"], input=child,
+                   exprs=[("c2_v", "`c1_v`"), ("c2_id", "`c1_id`"), ("c2_id2", "`c1_id`")])
+    assert proj.is_rename
+    out = proj.apply(zset("""
+        + 1 a
+        - 2 .""", child.arrow_schema(WF)))
+    expected = zset("""
+        + a 1 1
+        - . 2 2""", proj.arrow_schema(WF))
+    assert out.schema.equals(expected.schema)
+    assert as_counter(out) == as_counter(expected)
+    computed = Project(3, [("c3_n", "int")], [], input=child, exprs=[("c3_n", "`c1_id` + 1")])
+    assert not computed.is_rename
+    with pytest.raises(AssertionError, match="needs Spark"):
+        computed.apply(zset("+ 1 a", child.arrow_schema(WF)))
+
+
+# --- the plan as the catalog stores it ---------------------------------------------------------------
+def _cols(*names: str, t: str = "timestamp") -> list[list[str]]:
+    return [[n, "int" if n.endswith("_id") else t] for n in names]
+
+
+# As `Node.to_json` wrote it before the operator classes: warehouses keep plans in this format.
+# SELECT count(*), min(a.id) FROM TUMBLE(bids, t, 10s) b LEFT JOIN HOP(asks, t, 5s, 10s) a
+# ON b.id = a.id WHERE a.t IS NOT NULL (with b.id > 3 pushed into the scan).
+STORED_PLAN: dict[str, Any] = {
+    "id": 6, "op": "project", "key": ["c9__g"],
+    "columns": [["c13_n", "bigint"], ["c14_lo", "int"], ["c9__g", "bigint"]],
+    "exprs": [["c13_n", "`c11_count_star`"], ["c14_lo", "`c12_min`"], ["c9__g", "`c9__g`"]],
+    "inputs": [{
+        "id": 5, "op": "agg", "key": ["c9__g"], "group": ["c9__g"], "scalar": True,
+        "columns": [["c9__g", "bigint"], ["c11_count_star", "bigint"], ["c12_min", "int"]],
+        "aggs": [{"fn": "count_star", "arg": None, "out": "c11_count_star", "type": "bigint"},
+                 {"fn": "min", "arg": "c10_arg", "out": "c12_min", "type": "int"}],
+        "inputs": [{
+            "id": 4, "op": "project", "key": [], "predicate": "(`c6_t` IS NOT NULL)",
+            "columns": [["c9__g", "bigint"], ["c10_arg", "int"]], "exprs": [["c9__g", "0L"], ["c10_arg", "`c5_id`"]],
+            "inputs": [{
+                "id": 3, "op": "join", "join_type": "left", "left_keys": ["c1_id"], "right_keys": ["c5_id"],
+                "columns": _cols("c1_id", "c2_t", "c3_window_start", "c4_window_end",
+                                 "c5_id", "c6_t", "c7_window_start", "c8_window_end"),
+                "key": ["c1_id", "c5_id", "c7_window_start"],
+                "inputs": [
+                    {"id": 1, "op": "scan", "relation": "bids", "key": ["c1_id"], "inputs": [],
+                     "columns": _cols("c1_id", "c2_t", "c3_window_start", "c4_window_end"),
+                     "window": {"kind": "tumble", "time": "t", "size": 10}, "predicate": "(`c1_id` > 3)",
+                     "exprs": [["c1_id", "`id`"], ["c2_t", "`t`"], ["c3_window_start", "`window_start`"],
+                               ["c4_window_end", "`window_end`"]]},
+                    {"id": 2, "op": "scan", "relation": "asks", "key": ["c5_id", "c7_window_start"], "inputs": [],
+                     "columns": _cols("c5_id", "c6_t", "c7_window_start", "c8_window_end"),
+                     "window": {"kind": "hop", "time": "t", "slide": 5, "size": 10},
+                     "exprs": [["c5_id", "`id`"], ["c6_t", "`t`"], ["c7_window_start", "`window_start`"],
+                               ["c8_window_end", "`window_end`"]]}]}]}]}]}
+
+
+def test_stored_plan_opens_as_operator_classes_and_round_trips() -> None:
+    root = from_json(STORED_PLAN)
+    assert [type(n).__name__ for n in root.walk()] == ["Scan", "Scan", "Join", "Project", "Aggregate", "Project"]
+    bids, asks, join, _, agg, _ = root.walk()
+    assert isinstance(bids, Scan) and bids.window == Window("tumble", "t", 10) and bids.predicate == "(`c1_id` > 3)"
+    assert isinstance(asks, Scan) and asks.window == Window("hop", "t", 10, 5)
+    assert isinstance(join, Join) and join.join_type == "left"
+    assert isinstance(agg, Aggregate) and agg.scalar and [a.fn for a in agg.aggs] == ["count_star", "min"]
+    assert root.to_json() == STORED_PLAN
+    assert root.upstreams() == ["bids", "asks"]
+    assert (bids.stateless, join.stateless, root.stateless) == (True, False, False)
+
+
+def test_state_tables_keep_their_names_and_keys() -> None:
+    schemas = state_schemas(from_json(STORED_PLAN))
+    assert {s: (sch.names, sch.key) for s, sch in schemas.items()} == {
+        "j3l": (["c1_id", "c2_t", "c3_window_start", "c4_window_end"], ("c1_id",)),
+        "j3r": (["c5_id", "c6_t", "c7_window_start", "c8_window_end"], ("c5_id", "c7_window_start")),
+        "a5": (["c9__g", "_count", "p1"], ("c9__g",)),
+        "a5v0": (["c9__g", "c10_arg", "_count"], ("c9__g", "c10_arg"))}
+    assert state_purpose("j3r", ("c5_id", "c7_window_start")) == \
+        "right input of join 3, arranged by join key, then row key: (c5_id, c7_window_start)"
+    assert state_purpose("a5", ("c9__g",)) == "partial aggregates of aggregate 5 per group (c9__g)"
+    assert state_purpose("a5v0", ("c9__g", "c10_arg")) == \
+        "value counts of aggregate 5 per (c9__g, c10_arg), for min/max/count distinct"
+    assert state_purpose("x1", ()) == "operator state"

@@ -35,6 +35,12 @@ def vnode(key: list[str]) -> SparkColumn:
     return F.pmod(F.xxhash64(*[F.col(f"`{k}`") for k in key]), F.lit(VNODES)).cast("smallint")
 
 
+def vnode_sql(key_exprs: list[str]) -> str:
+    """`vnode` as a Spark SQL select item `_vnode` over the expressions that compute the key, so that
+    the select computing a key also computes its vnode (no extra projection per epoch)."""
+    return f"CAST(pmod(xxhash64({', '.join(key_exprs)}), {VNODES}) AS SMALLINT) AS _vnode"
+
+
 def with_vnode(chunk: DataFrame, schema: Schema, keep: tuple[str, ...] = ()) -> DataFrame:
     """The chunk's columns in stored order and types, with each row's vnode (and `keep`)."""
     return chunk.select(F.col("_op").cast("tinyint").alias("_op"), F.col("_seq").cast("bigint").alias("_seq"),

@@ -28,17 +28,21 @@ from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
-from sparkwave.stream.plan import Agg, Node
+from sparkwave.stream.aggregate import Agg, Aggregate, sum_type
+from sparkwave.stream.join import Join, JoinType
+from sparkwave.stream.operator import Operator
+from sparkwave.stream.project import Project
+from sparkwave.stream.scan import Scan, Window
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
-_JOIN_TYPES = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+_JOIN_TYPES: dict[str, JoinType] = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
 _UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
                  "day": 86400, "days": 86400}
 
 
 @dataclass
 class MvPlan:
-    root: Node
+    root: Project
     schema: Schema
     outputs: list[tuple[str, str]]  # (MV column, internal column of the root), visible then hidden keys
     upstreams: list[str]
@@ -49,7 +53,7 @@ class _Item:
     """A FROM item in scope: its alias, node, and user-visible columns by name."""
 
     alias: str
-    node: Node
+    node: Operator
     cols: dict[str, str]  # column name -> internal name
     order: list[str] = field(default_factory=list)  # names in SELECT * order
     nullable: bool = False  # on the null-supplying side of an outer join
@@ -96,13 +100,13 @@ class Planner:
         types = dict(node.columns)
         cols = [Column(n, _sql_type(types[i])) for n, i in visible] + \
                [Column(n, _sql_type(types[i]), hidden=True) for n, i in hidden]
-        ups = list(dict.fromkeys(s.relation for s in node.scans() if s.relation))
+        ups = node.upstreams()
         # Scans and projections of append-only inputs only ever insert: the MV is append-only too.
         append_only = node.stateless and all(self.lookup(u).schema.append_only for u in ups)
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------
-    def select(self, q: exp.Expr) -> tuple[Node, list[tuple[str, str]]]:
+    def select(self, q: exp.Expr) -> tuple[Project, list[tuple[str, str]]]:
         if not isinstance(q, exp.Select):
             raise self.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
         check_shape(self.stmt, q)
@@ -110,13 +114,14 @@ class Planner:
         if src is None:
             raise self.err("a materialized view needs a FROM clause", "SELECT")
         items = [self.from_item(src.this)]
-        node = items[0].node
+        node: Operator = items[0].node
         where = _conjuncts(q.args["where"].this) if q.args.get("where") else []
         all_inner = True
         for j in q.args.get("joins") or []:
             right = self.from_item(j.this)
             side = (j.args.get("side") or "").upper()
             kind = (j.args.get("kind") or "").upper()
+            jtype: JoinType
             if kind == "CROSS" or (not j.args.get("on") and not j.args.get("using")):
                 jtype, conds, from_where = "inner", [], True
             elif kind in ("", "INNER", "OUTER") and side in _JOIN_TYPES:
@@ -152,15 +157,15 @@ class Planner:
             for it in items:
                 it.nullable = it.nullable or jtype in ("right", "full")
             right.nullable = right.nullable or jtype in ("left", "full")
-            node = Node(next(self._ids), "join", node.columns + right.node.columns, node.key + right.node.key,
-                        [node, right.node], join_type=jtype, left_keys=lk, right_keys=rk)
+            node = Join(next(self._ids), node.columns + right.node.columns, node.key + right.node.key, left=node,
+                        right=right.node, join_type=jtype, left_keys=lk, right_keys=rk)
             items.append(right)
             where = residual + where
         # Push single-scan predicates into their scans (only where no outer join can null them).
         rest = []
         for c in where:
             owner = self._single_item(c, items)
-            if all_inner and owner is not None and owner.node.op == "scan":
+            if all_inner and owner is not None and isinstance(owner.node, Scan):
                 pred = self.resolve(c, items, "WHERE")
                 s = owner.node
                 s.predicate = pred if s.predicate is None else f"({s.predicate}) AND ({pred})"
@@ -217,7 +222,7 @@ class Planner:
     def relation(self, name: str) -> Relation:
         return self.lookup(name)  # a creating one too: the session refuses it, naming its job
 
-    def scan(self, rel: Relation, alias: str, window: dict | None) -> _Item:
+    def scan(self, rel: Relation, alias: str, window: Window | None) -> _Item:
         exprs, cols, order, internal = [], {}, [], {}
         for c in rel.schema.columns:
             internal[c.name] = self.name(c.name)
@@ -228,7 +233,7 @@ class Planner:
         columns = [(internal[c.name], c.type.name) for c in rel.schema.columns]
         key = [internal[k] for k in rel.schema.key]
         if window is not None:
-            tcol = rel.schema.column(window["time"])
+            tcol = rel.schema.column(window.time)
             assert tcol is not None, "BUG: window_item checks the time column"
             ttype = tcol.type.name
             for w in ("window_start", "window_end"):
@@ -239,9 +244,9 @@ class Planner:
                 cols[w] = internal[w]
                 order.append(w)
                 columns.append((internal[w], ttype))
-            if window["kind"] == "hop":
+            if window.kind == "hop":
                 key.append(internal["window_start"])
-        node = Node(next(self._ids), "scan", columns, key, relation=rel.name, window=window, exprs=exprs)
+        node = Scan(next(self._ids), columns, key, relation=rel.name, exprs=exprs, window=window)
         return _Item(alias, node, cols, order)
 
     def window_item(self, t: exp.Table) -> _Item:
@@ -264,14 +269,13 @@ class Planner:
                                f"(at {self.stmt.where(time_col)})")
         if col.type.name not in ("timestamp", "timestamptz"):
             raise self.err(f"{fn.name}'s time column {time_col!r} is {col.type.name}; it needs a timestamp", time_col)
-        window = {"kind": kind, "time": time_col}
         if kind == "tumble":
-            window["size"] = self.interval(args[2], fn.name)
+            window = Window("tumble", time_col, self.interval(args[2], fn.name))
         else:
-            window["slide"], window["size"] = self.interval(args[2], fn.name), self.interval(args[3], fn.name)
-            if window["size"] % window["slide"]:
-                raise self.err(f"HOP's size ({window['size']} s) must be a multiple of its slide "
-                               f"({window['slide']} s)", fn.name)
+            slide, size = self.interval(args[2], fn.name), self.interval(args[3], fn.name)
+            if size % slide:
+                raise self.err(f"HOP's size ({size} s) must be a multiple of its slide ({slide} s)", fn.name)
+            window = Window("hop", time_col, size, slide)
         return self.scan(rel, (t.alias or rel.name).lower(), window)
 
     def interval(self, node: exp.Expr, fn: str) -> int:
@@ -349,7 +353,8 @@ class Planner:
         return None
 
     # --- aggregation ---------------------------------------------------------------------------
-    def aggregate(self, q: exp.Select, node: Node, items: list[_Item], predicate: str | None) -> tuple[Node, list]:
+    def aggregate(self, q: exp.Select, node: Operator, items: list[_Item], predicate: str | None
+                  ) -> tuple[Project, list[tuple[str, str]]]:
         group_exprs: list[exp.Expr] = []
         if q.args.get("group"):
             for g in q.args["group"].expressions:
@@ -451,22 +456,22 @@ class Planner:
         for a in aggs:
             a.type = _agg_type(self, a, pre_node)
         gtypes = dict(pre_node.columns)
-        agg = Node(next(self._ids), "agg", [(g, gtypes[g]) for g in group_cols] + [(a.out, a.type) for a in aggs],
-                   list(group_cols), [pre_node], group=list(group_cols), aggs=aggs)
-        agg.scalar = scalar
+        agg = Aggregate(next(self._ids), [(g, gtypes[g]) for g in group_cols] + [(a.out, a.type) for a in aggs],
+                        list(group_cols), input=pre_node, group=list(group_cols), aggs=aggs, scalar=scalar)
         exprs = [(i, sql) for _, i, sql in post] + [(g, f"`{g}`") for g in group_cols]
         out = self.project(agg, exprs, having_sql, list(group_cols))
         return out, [(n, i) for n, i, _ in post]
 
     # --- projections ---------------------------------------------------------------------------
-    def project(self, child: Node, exprs: list[tuple[str, str]], predicate: str | None, key: list[str]) -> Node:
+    def project(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None, key: list[str]
+                ) -> Project:
         seen: set[str] = set()
         uniq = [(n, e) for n, e in exprs if not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]
         types = self.types(child, uniq, predicate)
-        return Node(next(self._ids), "project", [(n, types[n]) for n, _ in uniq], list(key), [child],
-                    exprs=uniq, predicate=predicate)
+        return Project(next(self._ids), [(n, types[n]) for n, _ in uniq], list(key), input=child, exprs=uniq,
+                       predicate=predicate)
 
-    def types(self, child: Node, exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, str]:
+    def types(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, str]:
         ddl = ", ".join(f"`{n}` {_sql_type(t).spark}" for n, t in child.columns) or "_empty int"
         try:
             df = self.spark.createDataFrame([], ddl)
@@ -503,7 +508,7 @@ def _scope_type(items: list[_Item], internal: str) -> str:
     raise AssertionError(f"BUG: column {internal} not in scope")
 
 
-def _agg_type(planner: Planner, a: Agg, child: Node) -> str:
+def _agg_type(planner: Planner, a: Agg, child: Operator) -> str:
     if a.fn in ("count_star", "count", "count_distinct"):
         return "bigint"
     assert a.arg is not None
@@ -512,13 +517,7 @@ def _agg_type(planner: Planner, a: Agg, child: Node) -> str:
         return t.name
     if not t.is_numeric:
         raise planner.err(f"{a.fn} needs a numeric argument, got {t.name}", a.fn)
-    if a.fn == "avg":
-        return "double"
-    if t.name in ("smallint", "int", "bigint"):
-        return "bigint"
-    if t.name.startswith("decimal"):
-        return f"decimal(38,{t.name.split(',')[1]}"
-    return "double"
+    return "double" if a.fn == "avg" else sum_type(t.name)
 
 
 def _conjuncts(e: exp.Expr) -> list[exp.Expr]:

@@ -1,7 +1,7 @@
-"""The aggregate executor: GROUP BY with count, sum, avg, min, max and count(DISTINCT), exact under
+"""The aggregate operator: GROUP BY with count, sum, avg, min, max and count(DISTINCT), exact under
 retractions, at a per-epoch cost that follows the groups an epoch touches.
 
-State (`plan.state_schemas`):
+State (`Aggregate.state_tables`):
 - `a<id>`: per group, the row count and each aggregate's partial: a count; a sum with its count of
   non-null inputs (sum and avg); the current min / max; the number of distinct values.
 - `a<id>v<n>`: per (group, value) of a min/max/count-distinct argument, how many input rows carry it.
@@ -11,19 +11,325 @@ value counts updated. A min or max is recomputed from the group's value counts o
 left the group entirely (the retracted value may have been the extreme); otherwise it folds in the
 new values. The output is the retraction of each touched group's old row and its new row. A group
 whose count reaches zero disappears (and reappears as new). A scalar aggregate (no GROUP BY) always
-has its one row: count 0 and NULLs for an empty input."""
+has its one row: count 0 and NULLs for an empty input (its group is a constant column, `0`).
+
+From a snapshot, the partials are one Spark GROUP BY of the input (persisted: they are the state
+table's rows and the output's source) and the value counts another."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from sparkwave.core.schema import SqlType
+from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, distinct, net, ns_join, with_weight
-from sparkwave.storage.state import StateIO
-from sparkwave.stream.plan import Node, agg_partials, value_args
+from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
+
+AGG_FUNCTIONS = ("count_star", "count", "sum", "avg", "min", "max", "count_distinct")
+_PARTIALS = re.compile(r"a(\d+)")
+_VALUES = re.compile(r"a(\d+)v\d+")
+
+
+@dataclass
+class Agg:
+    fn: str  # one of AGG_FUNCTIONS
+    arg: str | None  # input column (None for count_star)
+    out: str  # output column
+    type: str  # output SQL type
+
+    def to_json(self) -> dict:
+        return {"fn": self.fn, "arg": self.arg, "out": self.out, "type": self.type}
+
+    @staticmethod
+    def from_json(d: dict) -> Agg:
+        return Agg(d["fn"], d["arg"], d["out"], d["type"])
+
+
+def sum_type(arg_type: str) -> str:
+    """The type sums of `arg_type` accumulate in (as DuckDB and PostgreSQL: exact for integers and
+    decimals)."""
+    if arg_type in ("smallint", "int", "bigint"):
+        return "bigint"
+    if arg_type.startswith("decimal"):
+        return f"decimal(38,{arg_type.split(',')[1]}"
+    return "double"
+
+
+@dataclass(kw_only=True)
+class Aggregate(Operator):
+    op = "agg"
+    keeps_state = True
+
+    input: Operator
+    group: list[str]  # the output's first columns and its key
+    aggs: list[Agg]
+    scalar: bool = False  # no GROUP BY: always one row
+
+    @property
+    def inputs(self) -> list[Operator]:
+        return [self.input]
+
+    def _fields_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.group:
+            d["group"] = self.group
+        if self.aggs:
+            d["aggs"] = [a.to_json() for a in self.aggs]
+        if self.scalar:
+            d["scalar"] = True
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Aggregate:
+        (child,) = inputs
+        return Aggregate(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
+                         group=list(d.get("group", [])), aggs=[Agg.from_json(a) for a in d.get("aggs", [])],
+                         scalar=d.get("scalar", False))
+
+    # --- state ---------------------------------------------------------------------------------
+    @property
+    def partials_state(self) -> str:
+        return f"a{self.id}"
+
+    def values_state(self, j: int) -> str:
+        return f"a{self.id}v{j}"
+
+    def value_args(self) -> list[str]:
+        """The input columns whose values the aggregate counts per group (min, max, count distinct)."""
+        seen: list[str] = []
+        for a in self.aggs:
+            if a.fn in ("min", "max", "count_distinct") and a.arg and a.arg not in seen:
+                seen.append(a.arg)
+        return seen
+
+    def partials(self) -> list[tuple[str, str]]:
+        """The partials state's columns after the group: `_count` (rows per group) and per aggregate
+        `p<i>` (its partial) and, for sum and avg, `n<i>` (non-null inputs)."""
+        cols = [("_count", "bigint")]
+        for i, a in enumerate(self.aggs):
+            if a.fn == "count_star":
+                continue
+            arg_type = self.input.type_of(a.arg) if a.arg else "bigint"
+            if a.fn in ("sum", "avg"):
+                cols += [(f"p{i}", sum_type(arg_type)), (f"n{i}", "bigint")]
+            elif a.fn in ("min", "max"):
+                cols.append((f"p{i}", arg_type))
+            else:
+                cols.append((f"p{i}", "bigint"))
+        return cols
+
+    def state_tables(self) -> dict[str, Schema]:
+        gcols = [(g, self.input.type_of(g)) for g in self.group]
+        out = {self.partials_state: state_schema(gcols + self.partials(), self.group)}
+        for j, arg in enumerate(self.value_args()):
+            out[self.values_state(j)] = state_schema(gcols + [(arg, self.input.type_of(arg)), ("_count", "bigint")],
+                                                     [*self.group, arg])
+        return out
+
+    @classmethod
+    def state_purpose(cls, suffix: str, key: tuple[str, ...]) -> str | None:
+        if m := _VALUES.fullmatch(suffix):
+            return f"value counts of aggregate {m.group(1)} per ({', '.join(key)}), for min/max/count distinct"
+        if m := _PARTIALS.fullmatch(suffix):
+            return f"partial aggregates of aggregate {m.group(1)} per group ({', '.join(key)})"
+        return None
+
+    # --- per epoch -----------------------------------------------------------------------------
+    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        assert not root, "BUG: an aggregate's output reaches the MV through a projection"
+        child = self.input.delta(io)
+        if child is None or child.num_rows == 0:
+            return None
+        out = self.apply(child, io.states)
+        return out if out.num_rows else None
+
+    def apply(self, d: pa.Table, states: States) -> pa.Table:
+        """The aggregate's change from its input's change `d`, against and staging its state tables."""
+        group = self.group
+        sid = self.partials_state
+        partials = self.partials()
+        ptypes = dict(partials)
+        w = d[W]
+        pos = pc.greater(w, 0)
+        keys = distinct(d, group)
+
+        # The epoch's additive partials per group.
+        cols: dict[str, pa.Array | pa.ChunkedArray] = {g: d[g] for g in group}
+        cols["_count"] = w
+        for i, a in enumerate(self.aggs):
+            if a.fn == "count":
+                cols[f"p{i}"] = pc.if_else(pc.is_valid(d[a.arg]), w, 0)
+            elif a.fn in ("sum", "avg"):
+                x = d[a.arg].cast(_arrow(ptypes[f"p{i}"]))
+                cols[f"p{i}"] = pc.if_else(pos, x, pc.negate(x))
+                cols[f"n{i}"] = pc.if_else(pc.is_valid(x), w, 0)
+        additive = [c for c in cols if c not in group]
+
+        old = states.lookup(sid, group, keys)
+        delta = pa.table(cols).cast(pa.schema([*[old.schema.field(g) for g in group],
+                                                *[pa.field(c, _arrow(ptypes[c])) for c in additive]]))
+        both = pa.concat_tables([old.select([*group, *additive]), delta], promote_options="none")
+        summed = _sum(both, group, additive)
+        new = ns_join(keys, summed, group, "left outer")
+        had = ns_join(keys, old.append_column("_had", pa.array([True] * old.num_rows, pa.bool_())), group,
+                      "left outer")
+
+        for j, arg in enumerate(self.value_args()):
+            new, had = self._values(j, arg, d, states, new, had)
+
+        new_count = pc.fill_null(new["_count"], 0)
+        old_count = pc.fill_null(had["_count"], 0)
+        had_state = pc.fill_null(had["_had"], False)
+        # Stage the partials: the old row of every group that had one, the new row of every live group.
+        state_cols = [*group, *[n for n, _ in partials]]
+        old_rows = with_weight(had.filter(had_state).select(state_cols), -1)
+        new_rows = with_weight(new.filter(pc.greater(new_count, 0)).select(state_cols), 1)
+        states.stage(sid, pa.concat_tables([old_rows.cast(new_rows.schema), new_rows]))
+
+        out_old, out_new = self._finalize(had), self._finalize(new)
+        if self.scalar:
+            olds, news = out_old, out_new
+        else:
+            olds, news = out_old.filter(pc.greater(old_count, 0)), out_new.filter(pc.greater(new_count, 0))
+        return net(pa.concat_tables([with_weight(olds, -1), with_weight(news, 1)]))
+
+    def _values(self, j: int, arg: str, d: pa.Table, states: States, new: pa.Table,
+                had: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """Update the value counts of `arg` and fold them into min / max / count distinct."""
+        group = self.group
+        sid = self.values_state(j)
+        by = [*group, arg]
+        valid = d.filter(pc.is_valid(d[arg]))
+        dc = _sum(valid.select([*by, W]), by, [W])
+        old = states.lookup(sid, by, dc).rename_columns([*by, "_old"])
+        pairs = ns_join(dc, old, by, "left outer")
+        before = pc.fill_null(pairs["_old"], 0)
+        after = pc.add(before, pairs[W])
+        pairs = pairs.append_column("_new", after)
+        states.stage(sid, pa.concat_tables([
+            with_weight(pairs.filter(pc.greater(before, 0)).select(by).append_column(
+                "_count", pc.fill_null(pairs["_old"], 0).filter(pc.greater(before, 0))), -1),
+            with_weight(pairs.filter(pc.greater(after, 0)).select(by).append_column(
+                "_count", after.filter(pc.greater(after, 0))), 1)]))
+
+        gained = pc.and_(pc.equal(before, 0), pc.greater(after, 0))
+        lost = pc.and_(pc.greater(before, 0), pc.equal(after, 0))
+        change = pc.subtract(pc.cast(gained, pa.int64()), pc.cast(lost, pa.int64()))
+        per_group = pa.table({**{g: pairs[g] for g in group}, "_dd": change, "_lost": pc.cast(lost, pa.int64())})
+        per_group = _sum(per_group, group, ["_dd", "_lost"])
+        live = pairs.filter(pc.greater(after, 0))
+        ext = live.select(by).group_by(group, use_threads=False).aggregate([(arg, "min"), (arg, "max")]) \
+            .rename_columns([*group, "_cmin", "_cmax"])
+        per_group = ns_join(per_group, ext, group, "left outer")
+        lost_groups = per_group.filter(pc.greater(per_group["_lost"], 0)).select(group)
+        if lost_groups.num_rows:
+            # A value left its group: recompute the group's extremes from all its value counts.
+            full = states.lookup(sid, group, lost_groups).rename_columns([*by, W])
+            mine = ns_join(dc, lost_groups, group, "left semi")
+            stored = full.select([*by, W])
+            counts = _sum(pa.concat_tables([stored, mine.select([*by, W]).cast(stored.schema)]), by, [W])
+            counts = counts.filter(pc.greater(counts[W], 0))
+            redo = counts.select(by).group_by(group, use_threads=False).aggregate([(arg, "min"), (arg, "max")]) \
+                .rename_columns([*group, "_rmin", "_rmax"])
+            redo = ns_join(lost_groups, redo, group, "left outer")
+            redo = redo.append_column("_redo", pa.array([True] * redo.num_rows, pa.bool_()))
+        else:
+            atype = d.schema.field(arg).type
+            redo = pa.table({**{g: pa.array([], new.schema.field(g).type) for g in group},
+                             "_rmin": pa.array([], atype), "_rmax": pa.array([], atype),
+                             "_redo": pa.array([], pa.bool_())})
+        per_group = ns_join(per_group, redo, group, "left outer")
+        mine = [(i, a) for i, a in enumerate(self.aggs) if a.arg == arg and a.fn in ("min", "max", "count_distinct")]
+        olds = had.select([*group, *[f"p{i}" for i, _ in mine]]) \
+            .rename_columns([*group, *[f"_o{i}" for i, _ in mine]])
+        merged = ns_join(ns_join(new, olds, group, "left outer"), per_group, group, "left outer")
+        redo_flag = pc.fill_null(merged["_redo"], False)
+        for i, a in mine:
+            o = merged[f"_o{i}"]
+            if a.fn == "count_distinct":
+                value = pc.add(pc.fill_null(o, 0), pc.fill_null(merged["_dd"], 0))
+            elif a.fn == "min":
+                value = pc.if_else(redo_flag, merged["_rmin"], _fold(o, merged["_cmin"], pc.less))
+            else:
+                value = pc.if_else(redo_flag, merged["_rmax"], _fold(o, merged["_cmax"], pc.greater))
+            merged = merged.append_column(f"p{i}", value.cast(o.type))
+        return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]]), had
+
+    def _finalize(self, p: pa.Table) -> pa.Table:
+        """The aggregate's output rows (group, values) from partials; absent partials count as empty."""
+        cols: dict[str, pa.ChunkedArray] = {g: p[g] for g in self.group}
+        count = pc.fill_null(p["_count"], 0)
+        for i, a in enumerate(self.aggs):
+            t = _arrow(a.type)
+            if a.fn == "count_star":
+                v = count
+            elif a.fn in ("count", "count_distinct"):
+                v = pc.fill_null(p[f"p{i}"], 0)
+            elif a.fn == "sum":
+                n = pc.fill_null(p[f"n{i}"], 0)
+                v = pc.if_else(pc.greater(n, 0), p[f"p{i}"], pa.scalar(None, p[f"p{i}"].type))
+            elif a.fn == "avg":
+                n = pc.fill_null(p[f"n{i}"], 0)
+                v = pc.if_else(pc.greater(n, 0), pc.divide(p[f"p{i}"].cast(pa.float64()), n.cast(pa.float64())),
+                               pa.scalar(None, pa.float64()))
+            else:
+                v = p[f"p{i}"]
+            cols[a.out] = v.cast(t)
+        return pa.table(cols)
+
+    # --- from a snapshot -----------------------------------------------------------------------
+    def batch(self, io: SnapshotIO) -> DataFrame:
+        child = io.shared(self.input.batch(io))
+        parts: list[SparkColumn] = [F.count(F.lit(1)).alias("_count")]
+        for i, a in enumerate(self.aggs):
+            if a.fn == "count_star":
+                continue  # counted by `_count`
+            assert a.arg, f"BUG: aggregate {a.fn} without an argument"
+            arg = F.col(f"`{a.arg}`")
+            if a.fn == "count":
+                parts.append(F.count(arg).alias(f"p{i}"))
+            elif a.fn in ("sum", "avg"):
+                st = SqlType(sum_type(self.input.type_of(a.arg))).spark
+                parts += [F.sum(arg.cast(st)).cast(st).alias(f"p{i}"), F.count(arg).alias(f"n{i}")]
+            elif a.fn == "min":
+                parts.append(F.min(arg).alias(f"p{i}"))
+            elif a.fn == "max":
+                parts.append(F.max(arg).alias(f"p{i}"))
+            elif a.fn == "count_distinct":
+                parts.append(F.countDistinct(arg).alias(f"p{i}"))
+        group = [F.col(f"`{g}`") for g in self.group]
+        partials = io.shared(child.groupBy(*group).agg(*parts))
+        assert [c for c, _ in self.partials()] == partials.columns[len(group):], "BUG: partial columns"
+        io.state_rows[self.partials_state] = partials
+        for j, arg_name in enumerate(self.value_args()):
+            io.state_rows[self.values_state(j)] = child.where(F.col(f"`{arg_name}`").isNotNull()) \
+                .groupBy(*group, F.col(f"`{arg_name}`")).agg(F.count(F.lit(1)).alias("_count"))
+        if self.scalar:
+            one = io.spark.range(1).select(F.lit(0).cast("bigint").alias(self.group[0]))
+            partials = one.join(partials, self.group, "left")
+        outs = [F.col(f"`{g}`") for g in self.group]
+        for i, a in enumerate(self.aggs):
+            t = SqlType(a.type).spark
+            if a.fn == "count_star":
+                v = F.coalesce(F.col("_count"), F.lit(0))
+            elif a.fn in ("count", "count_distinct"):
+                v = F.coalesce(F.col(f"p{i}"), F.lit(0))
+            elif a.fn == "sum":
+                v = F.when(F.col(f"n{i}") > 0, F.col(f"p{i}"))
+            elif a.fn == "avg":
+                v = F.when(F.col(f"n{i}") > 0, F.col(f"p{i}").cast("double") / F.col(f"n{i}").cast("double"))
+            else:
+                v = F.col(f"p{i}")
+            outs.append(v.cast(t).alias(a.out))
+        return partials.select(*outs)
 
 
 def _arrow(t: str) -> pa.DataType:
@@ -35,116 +341,6 @@ def _sum(t: pa.Table, group: list[str], cols: list[str]) -> pa.Table:
     return g.rename_columns([c[:-4] if c.endswith("_sum") and c[:-4] in cols else c for c in g.column_names])
 
 
-def aggregate(node: Node, d: pa.Table, states: StateIO) -> pa.Table:
-    group = node.group
-    sid = f"a{node.id}"
-    partials = agg_partials(node)
-    ptypes = dict(partials)
-    w = d[W]
-    pos = pc.greater(w, 0)
-    keys = distinct(d, group)
-
-    # The epoch's additive partials per group.
-    cols: dict[str, pa.Array | pa.ChunkedArray] = {g: d[g] for g in group}
-    cols["_count"] = w
-    for i, a in enumerate(node.aggs):
-        if a.fn == "count":
-            cols[f"p{i}"] = pc.if_else(pc.is_valid(d[a.arg]), w, 0)
-        elif a.fn in ("sum", "avg"):
-            x = d[a.arg].cast(_arrow(ptypes[f"p{i}"]))
-            cols[f"p{i}"] = pc.if_else(pos, x, pc.negate(x))
-            cols[f"n{i}"] = pc.if_else(pc.is_valid(x), w, 0)
-    additive = [c for c in cols if c not in group]
-
-    old = states.lookup(sid, group, keys)
-    delta = pa.table(cols).cast(pa.schema([*[old.schema.field(g) for g in group],
-                                            *[pa.field(c, _arrow(ptypes[c])) for c in additive]]))
-    both = pa.concat_tables([old.select([*group, *additive]), delta], promote_options="none")
-    summed = _sum(both, group, additive)
-    new = ns_join(keys, summed, group, "left outer")
-    had = ns_join(keys, old.append_column("_had", pa.array([True] * old.num_rows, pa.bool_())), group, "left outer")
-
-    for j, arg in enumerate(value_args(node)):
-        new, had = _values(node, j, arg, d, states, new, had)
-
-    new_count = pc.fill_null(new["_count"], 0)
-    old_count = pc.fill_null(had["_count"], 0)
-    had_state = pc.fill_null(had["_had"], False)
-    # Stage the partials: the old row of every group that had one, the new row of every live group.
-    state_cols = [*group, *[n for n, _ in partials]]
-    old_rows = with_weight(had.filter(had_state).select(state_cols), -1)
-    new_rows = with_weight(new.filter(pc.greater(new_count, 0)).select(state_cols), 1)
-    states.stage(sid, pa.concat_tables([old_rows.cast(new_rows.schema), new_rows]))
-
-    out_old, out_new = _finalize(node, had), _finalize(node, new)
-    if node.scalar:
-        olds, news = out_old, out_new
-    else:
-        olds, news = out_old.filter(pc.greater(old_count, 0)), out_new.filter(pc.greater(new_count, 0))
-    return net(pa.concat_tables([with_weight(olds, -1), with_weight(news, 1)]))
-
-
-def _values(node: Node, j: int, arg: str, d: pa.Table, states: StateIO, new: pa.Table,
-            had: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Update the value counts of `arg` and fold them into min / max / count distinct."""
-    group = node.group
-    sid = f"a{node.id}v{j}"
-    by = [*group, arg]
-    valid = d.filter(pc.is_valid(d[arg]))
-    dc = _sum(valid.select([*by, W]), by, [W])
-    old = states.lookup(sid, by, dc).rename_columns([*by, "_old"])
-    pairs = ns_join(dc, old, by, "left outer")
-    before = pc.fill_null(pairs["_old"], 0)
-    after = pc.add(before, pairs[W])
-    pairs = pairs.append_column("_new", after)
-    states.stage(sid, pa.concat_tables([
-        with_weight(pairs.filter(pc.greater(before, 0)).select(by).append_column(
-            "_count", pc.fill_null(pairs["_old"], 0).filter(pc.greater(before, 0))), -1),
-        with_weight(pairs.filter(pc.greater(after, 0)).select(by).append_column(
-            "_count", after.filter(pc.greater(after, 0))), 1)]))
-
-    gained = pc.and_(pc.equal(before, 0), pc.greater(after, 0))
-    lost = pc.and_(pc.greater(before, 0), pc.equal(after, 0))
-    change = pc.subtract(pc.cast(gained, pa.int64()), pc.cast(lost, pa.int64()))
-    per_group = pa.table({**{g: pairs[g] for g in group}, "_dd": change, "_lost": pc.cast(lost, pa.int64())})
-    per_group = _sum(per_group, group, ["_dd", "_lost"])
-    live = pairs.filter(pc.greater(after, 0))
-    ext = live.select(by).group_by(group, use_threads=False).aggregate([(arg, "min"), (arg, "max")]) \
-        .rename_columns([*group, "_cmin", "_cmax"])
-    per_group = ns_join(per_group, ext, group, "left outer")
-    lost_groups = per_group.filter(pc.greater(per_group["_lost"], 0)).select(group)
-    if lost_groups.num_rows:
-        # A value left its group: recompute the group's extremes from all its value counts.
-        full = states.lookup(sid, group, lost_groups).rename_columns([*by, W])
-        mine = ns_join(dc, lost_groups, group, "left semi")
-        stored = full.select([*by, W])
-        counts = _sum(pa.concat_tables([stored, mine.select([*by, W]).cast(stored.schema)]), by, [W])
-        counts = counts.filter(pc.greater(counts[W], 0))
-        redo = counts.select(by).group_by(group, use_threads=False).aggregate([(arg, "min"), (arg, "max")]) \
-            .rename_columns([*group, "_rmin", "_rmax"])
-        redo = ns_join(lost_groups, redo, group, "left outer")
-        redo = redo.append_column("_redo", pa.array([True] * redo.num_rows, pa.bool_()))
-    else:
-        atype = d.schema.field(arg).type
-        redo = pa.table({**{g: pa.array([], new.schema.field(g).type) for g in group},
-                         "_rmin": pa.array([], atype), "_rmax": pa.array([], atype), "_redo": pa.array([], pa.bool_())})
-    per_group = ns_join(per_group, redo, group, "left outer")
-    mine = [(i, a) for i, a in enumerate(node.aggs) if a.arg == arg and a.fn in ("min", "max", "count_distinct")]
-    olds = had.select([*group, *[f"p{i}" for i, _ in mine]]).rename_columns([*group, *[f"_o{i}" for i, _ in mine]])
-    merged = ns_join(ns_join(new, olds, group, "left outer"), per_group, group, "left outer")
-    redo_flag = pc.fill_null(merged["_redo"], False)
-    for i, a in mine:
-        o = merged[f"_o{i}"]
-        if a.fn == "count_distinct":
-            value = pc.add(pc.fill_null(o, 0), pc.fill_null(merged["_dd"], 0))
-        elif a.fn == "min":
-            value = pc.if_else(redo_flag, merged["_rmin"], _fold(o, merged["_cmin"], pc.less))
-        else:
-            value = pc.if_else(redo_flag, merged["_rmax"], _fold(o, merged["_cmax"], pc.greater))
-        merged = merged.append_column(f"p{i}", value.cast(o.type))
-    return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]]), had
-
-
 def _fold(current: pa.ChunkedArray, new: pa.ChunkedArray,
           better: Callable[[pa.ChunkedArray, pa.ChunkedArray], pa.ChunkedArray]) -> pa.ChunkedArray:
     """The element-wise min (`better=pc.less`) or max (`pc.greater`) of two columns, NULLs skipped.
@@ -154,24 +350,3 @@ def _fold(current: pa.ChunkedArray, new: pa.ChunkedArray,
     return pc.if_else(take_new, new, current)
 
 
-def _finalize(node: Node, p: pa.Table) -> pa.Table:
-    """The aggregate's output rows (group, values) from partials; absent partials count as empty."""
-    cols: dict[str, pa.ChunkedArray] = {g: p[g] for g in node.group}
-    count = pc.fill_null(p["_count"], 0)
-    for i, a in enumerate(node.aggs):
-        t = _arrow(a.type)
-        if a.fn == "count_star":
-            v = count
-        elif a.fn in ("count", "count_distinct"):
-            v = pc.fill_null(p[f"p{i}"], 0)
-        elif a.fn == "sum":
-            n = pc.fill_null(p[f"n{i}"], 0)
-            v = pc.if_else(pc.greater(n, 0), p[f"p{i}"], pa.scalar(None, p[f"p{i}"].type))
-        elif a.fn == "avg":
-            n = pc.fill_null(p[f"n{i}"], 0)
-            v = pc.if_else(pc.greater(n, 0), pc.divide(p[f"p{i}"].cast(pa.float64()), n.cast(pa.float64())),
-                           pa.scalar(None, pa.float64()))
-        else:
-            v = p[f"p{i}"]
-        cols[a.out] = v.cast(t)
-    return pa.table(cols)

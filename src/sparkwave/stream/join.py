@@ -1,4 +1,4 @@
-"""The join executor: an equi-join (inner, left, right, full) of two Z-sets, with one state table per
+"""The join operator: an equi-join (inner, left, right, full) of two Z-sets, with one state table per
 side arranged by join key (`j<id>l`, `j<id>r`: the side's rows, keyed by join key then row key).
 
 Per epoch, for every join key the epoch touches on either side, the output rows of that key are
@@ -6,18 +6,139 @@ recomputed from both sides' rows before and after the epoch, and the difference 
 `J(L', R') - J(L, R)` restricted to the touched keys. This is exact for every join type (an outer
 join's NULL-padded rows appear and disappear as a key gains or loses matches), and its cost follows
 the rows of the touched keys, looked up in the state tables. Rows with a NULL join key never match:
-they pass through NULL-padded on a preserved side and are not stored."""
+they pass through NULL-padded on a preserved side and are not stored.
+
+From a snapshot, each side's frame is both its state table's rows and the join's input, so it is
+persisted and evaluated once."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
+from sparkwave.core.schema import Schema
 from sparkwave.core.zset import W, distinct, net, with_weight
-from sparkwave.storage.state import StateIO
-from sparkwave.stream.plan import Node
+from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
 
+JoinType = Literal["inner", "left", "right", "full"]
 _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer"}
+_SPARK_JOIN = {"inner": "inner", "left": "left_outer", "right": "right_outer", "full": "full_outer"}
+_STATE = re.compile(r"j(\d+)([lr])")
+
+
+@dataclass(kw_only=True)
+class Join(Operator):
+    op = "join"
+    keeps_state = True
+
+    left: Operator
+    right: Operator
+    join_type: JoinType
+    left_keys: list[str]
+    right_keys: list[str]
+
+    @property
+    def inputs(self) -> list[Operator]:
+        return [self.left, self.right]
+
+    def _fields_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"join_type": self.join_type}
+        if self.left_keys:
+            d["left_keys"] = self.left_keys
+        if self.right_keys:
+            d["right_keys"] = self.right_keys
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Join:
+        left, right = inputs
+        return Join(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
+                    join_type=d["join_type"], left_keys=list(d.get("left_keys", [])),
+                    right_keys=list(d.get("right_keys", [])))
+
+    # --- state ---------------------------------------------------------------------------------
+    @property
+    def left_state(self) -> str:
+        return f"j{self.id}l"
+
+    @property
+    def right_state(self) -> str:
+        return f"j{self.id}r"
+
+    def state_tables(self) -> dict[str, Schema]:
+        return {self.left_state: state_schema(self.left.columns, self.left_keys + self.left.key),
+                self.right_state: state_schema(self.right.columns, self.right_keys + self.right.key)}
+
+    @classmethod
+    def state_purpose(cls, suffix: str, key: tuple[str, ...]) -> str | None:
+        if m := _STATE.fullmatch(suffix):
+            side = "left" if m.group(2) == "l" else "right"
+            return f"{side} input of join {m.group(1)}, arranged by join key, then row key: ({', '.join(key)})"
+        return None
+
+    # --- per epoch -----------------------------------------------------------------------------
+    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        assert not root, "BUG: a join's output reaches the MV through a projection"
+        dl, dr = self.left.delta(io), self.right.delta(io)
+        if (dl is None or dl.num_rows == 0) and (dr is None or dr.num_rows == 0):
+            return None
+        out = self.apply(dl, dr, io.states)
+        return out if out.num_rows else None
+
+    def apply(self, dl: pa.Table | None, dr: pa.Table | None, states: States) -> pa.Table:
+        """The join's change from its sides' changes (None: that side did not change), against and
+        staging its state tables."""
+        left_schema, right_schema = self.left.arrow_schema(), self.right.arrow_schema()
+        dl = dl if dl is not None else with_weight(left_schema.empty_table(), 1)
+        dr = dr if dr is not None else with_weight(right_schema.empty_table(), 1)
+        lk, rk = self.left_keys, self.right_keys
+        l_null, r_null = _has_null_key(dl, lk), _has_null_key(dr, rk)
+        padded = []
+        if self.join_type in ("left", "full"):
+            padded.append(self._pad(dl.filter(l_null), right_schema))
+        if self.join_type in ("right", "full"):
+            padded.append(self._pad(dr.filter(r_null), left_schema))
+        dl, dr = dl.filter(pc.invert(l_null)), dr.filter(pc.invert(r_null))
+        keys = pa.concat_tables([distinct(dl, lk), distinct(dr, rk).rename_columns(lk).cast(distinct(dl, lk).schema)])
+        keys = distinct(keys, lk)
+        l_old = states.lookup(self.left_state, lk, keys).select(left_schema.names).cast(left_schema)
+        r_old = states.lookup(self.right_state, rk, keys.rename_columns(rk)).select(right_schema.names) \
+            .cast(right_schema)
+        l_new, r_new = _apply(l_old, dl), _apply(r_old, dr)
+        states.stage(self.left_state, dl)
+        states.stage(self.right_state, dr)
+        before, after = self._join(l_old, r_old), self._join(l_new, r_new)
+        out = pa.concat_tables([with_weight(before, -1), with_weight(after, 1).cast(with_weight(before, -1).schema)]
+                               + [p.cast(with_weight(before, -1).schema) for p in padded])
+        return net(out)
+
+    def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        out = left.join(right, self.left_keys, right_keys=self.right_keys, join_type=_PYARROW_JOIN[self.join_type],
+                        coalesce_keys=False, use_threads=False)
+        return out.select(self.names)
+
+    def _pad(self, rows: pa.Table, other: pa.Schema) -> pa.Table:
+        """A preserved side's rows with NULLs for the other side's columns."""
+        nulls = pa.table({f.name: pa.nulls(rows.num_rows, f.type) for f in other})
+        cols = {**{c: rows[c] for c in rows.column_names if c != W}, **{c: nulls[c] for c in nulls.column_names}}
+        return pa.table({**{n: cols[n] for n in self.names}, W: rows[W]})
+
+    # --- from a snapshot -----------------------------------------------------------------------
+    def batch(self, io: SnapshotIO) -> DataFrame:
+        left, right = io.shared(self.left.batch(io)), io.shared(self.right.batch(io))
+        io.state_rows[self.left_state], io.state_rows[self.right_state] = left, right
+        cond: SparkColumn | None = None
+        for a, b in zip(self.left_keys, self.right_keys, strict=True):
+            c = left[f"`{a}`"] == right[f"`{b}`"]
+            cond = c if cond is None else cond & c
+        return left.join(right, cond, _SPARK_JOIN[self.join_type]).select(*[F.col(f"`{n}`") for n in self.names])
 
 
 def _has_null_key(t: pa.Table, keys: list[str]) -> pa.ChunkedArray:
@@ -32,42 +153,3 @@ def _apply(old: pa.Table, delta: pa.Table) -> pa.Table:
     both = net(pa.concat_tables([with_weight(old, 1), delta.select(old.column_names + [W]).cast(
         with_weight(old, 1).schema)]))
     return both.filter(pc.greater(both[W], 0)).drop_columns([W])
-
-
-def _join(node: Node, left: pa.Table, right: pa.Table) -> pa.Table:
-    assert node.join_type is not None, "BUG: a join node without a join type"
-    out = left.join(right, node.left_keys, right_keys=node.right_keys, join_type=_PYARROW_JOIN[node.join_type],
-                    coalesce_keys=False, use_threads=False)
-    return out.select(node.names)
-
-
-def join(node: Node, dl: pa.Table | None, dr: pa.Table | None, states: StateIO, schemas: tuple[pa.Schema, pa.Schema]
-         ) -> pa.Table:
-    left_schema, right_schema = schemas
-    dl = dl if dl is not None else with_weight(left_schema.empty_table(), 1)
-    dr = dr if dr is not None else with_weight(right_schema.empty_table(), 1)
-    lk, rk = node.left_keys, node.right_keys
-    l_null, r_null = _has_null_key(dl, lk), _has_null_key(dr, rk)
-    padded = []
-    if node.join_type in ("left", "full"):
-        padded.append(_pad(node, dl.filter(l_null), right_schema, left_side=True))
-    if node.join_type in ("right", "full"):
-        padded.append(_pad(node, dr.filter(r_null), left_schema, left_side=False))
-    dl, dr = dl.filter(pc.invert(l_null)), dr.filter(pc.invert(r_null))
-    keys = pa.concat_tables([distinct(dl, lk), distinct(dr, rk).rename_columns(lk).cast(distinct(dl, lk).schema)])
-    keys = distinct(keys, lk)
-    l_old = states.lookup(f"j{node.id}l", lk, keys).select(left_schema.names).cast(left_schema)
-    r_old = states.lookup(f"j{node.id}r", rk, keys.rename_columns(rk)).select(right_schema.names).cast(right_schema)
-    l_new, r_new = _apply(l_old, dl), _apply(r_old, dr)
-    states.stage(f"j{node.id}l", dl)
-    states.stage(f"j{node.id}r", dr)
-    before, after = _join(node, l_old, r_old), _join(node, l_new, r_new)
-    out = pa.concat_tables([with_weight(before, -1), with_weight(after, 1).cast(with_weight(before, -1).schema)]
-                           + [p.cast(with_weight(before, -1).schema) for p in padded])
-    return net(out)
-
-
-def _pad(node: Node, rows: pa.Table, other: pa.Schema, *, left_side: bool) -> pa.Table:
-    nulls = pa.table({f.name: pa.nulls(rows.num_rows, f.type) for f in other})
-    cols = {**{c: rows[c] for c in rows.column_names if c != W}, **{c: nulls[c] for c in nulls.column_names}}
-    return pa.table({**{n: cols[n] for n in node.names}, W: rows[W]})

@@ -4,16 +4,22 @@
   looks up the old rows of the touched keys as of the previous epoch, so that the change it logs
   is consistent: +I for a new key, -U/+U for a changed row, -D for a deleted one, and nothing for
   an upsert that changes nothing.
+- An MV's root step (`Materialize`) turns its operator tree's Z-set into log rows: the root's
+  columns renamed to the MV's, netted per MV key into one change per key.
 - Append-only relations log their inserts as they are."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from sparkwave.core.chunk import Op, consolidate
+from sparkwave.core.chunk import Op, consolidate, vnode
 from sparkwave.core.schema import Schema
+from sparkwave.core.zset import W, to_ops
 from sparkwave.storage.table import log_rows
 
 
@@ -30,3 +36,28 @@ def materialize_table(intents: pa.Table, schema: Schema, epoch: int,
     names = ["_op", "_seq", "_vnode", *schema.names]
     merged = pa.concat_tables([old.select(names), intents.select(names).cast(old.select(names).schema)])
     return log_rows(consolidate(merged, list(schema.key), schema.values), schema, epoch)
+
+
+@dataclass
+class Materialize:
+    """An MV's root step: the root operator's output (internal columns, keyed by `key`) as the MV's
+    rows, through `outputs` (MV column, root column), visible columns then hidden keys."""
+
+    key: list[str]
+    outputs: list[tuple[str, str]]
+    schema: Schema
+
+    def log_rows(self, d: pa.Table, epoch: int) -> pa.Table:
+        """The root's Z-set `| _vnode | root columns | _w |` of one epoch as the MV's log rows."""
+        names = {i: m for m, i in self.outputs}
+        rows = d.rename_columns([names.get(c, c) for c in d.column_names])
+        rows = to_ops(rows.select(["_vnode", *self.schema.names, W]))
+        if self.schema.append_only:
+            return log_rows(rows, self.schema, epoch)
+        return log_rows(consolidate(rows, list(self.schema.key), self.schema.values), self.schema, epoch)
+
+    def rows(self, root: DataFrame) -> DataFrame:
+        """The root's snapshot frame as the MV's stored rows `| _vnode | columns |`."""
+        internal = dict(self.outputs)
+        return root.select(vnode(self.key).alias("_vnode"), *[
+            F.col(f"`{internal[c.name]}`").cast(c.type.spark).alias(c.name) for c in self.schema.columns])

@@ -1,0 +1,203 @@
+"""The operator base class, and what operators read and write through.
+
+An MV is a tree of operators (the closed set is in `stream/plan.py`). Every operator produces a
+**Z-set**: rows with a weight `_w` (+1 inserted, -1 retracted), so an update is a retraction of the
+old row and an insertion of the new one. Columns have internal names unique within the plan
+(`c<n>_<name>`); `key` names the columns that identify a row of the operator's output.
+
+Each operator is evaluated two ways:
+- **per epoch** (`delta`): the epoch's change of its output from its inputs' changes. A stateless
+  subtree (a scan and the projections above it) is one Spark DataFrame (`frame`), collected once;
+  joins and aggregates run on the driver in Arrow (`apply`) against their state tables (`States`).
+- **from a snapshot** (`batch`): its whole output as a Spark DataFrame over the upstreams'
+  snapshots, with its state tables' rows put in the `SnapshotIO`."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.storagelevel import StorageLevel
+
+from sparkwave.core.schema import Column, Schema, SqlType
+from sparkwave.core.zset import W
+from sparkwave.storage.snapshot import read_parquet
+from sparkwave.storage.table import log_spark_ddl
+
+if TYPE_CHECKING:
+    from sparkwave.storage.store import Store
+
+WEIGHT = pa.field(W, pa.int64())
+VNODE = pa.field("_vnode", pa.int16())
+
+
+class States(Protocol):
+    """An MV's state tables in one epoch (`storage/state.py: StateIO`; tests use an in-memory one)."""
+
+    def lookup(self, suffix: str, by: list[str], keys: pa.Table) -> pa.Table:
+        """The rows as of the previous epoch whose `by` columns match a row of `keys`."""
+        ...
+
+    def stage(self, suffix: str, changes: pa.Table) -> None:
+        """Stage a consistent Z-set of state rows (-1 the old row of a key, +1 its new row)."""
+        ...
+
+
+@dataclass
+class EpochIO:
+    """What a tree reads and writes in one epoch: its upstreams' log files by relation (of one
+    epoch, or of several for a stateless tree's slice) and its MV's state tables."""
+
+    rt: Store
+    inputs: dict[str, list[str]]
+    state: States | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.rt.spark
+
+    @property
+    def states(self) -> States:
+        assert self.state is not None, "BUG: a stateful operator evaluated without state tables"
+        return self.state
+
+    def log(self, relation: str) -> DataFrame | None:
+        """The upstream's log rows `| _epoch | _seq | _op | _vnode | columns |`, None if it did not change."""
+        paths = self.inputs.get(relation)
+        if not paths:
+            return None
+        return read_parquet(self.spark, log_spark_ddl(self.rt.relation(relation).schema), paths)
+
+
+@dataclass
+class SnapshotIO:
+    """What a snapshot build reads and gathers: the upstreams' snapshots at `epoch` (only the rows of
+    `vnodes` for a stateless tree's chunk) and each state table's rows by suffix. A frame that feeds
+    more than one table is persisted (`shared`), so writing every table evaluates each subtree once."""
+
+    rt: Store
+    epoch: int
+    vnodes: tuple[int, int] | None = None
+    state_rows: dict[str, DataFrame] = field(default_factory=dict)
+    persisted: list[DataFrame] = field(default_factory=list)
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.rt.spark
+
+    def snapshot(self, relation: str) -> DataFrame:
+        return self.rt.snapshot(self.rt.relation(relation), self.epoch, self.vnodes)
+
+    def shared(self, df: DataFrame) -> DataFrame:
+        self.persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return self.persisted[-1]
+
+    def release(self) -> None:
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted.clear()
+
+
+def state_schema(columns: list[tuple[str, str]], key: list[str]) -> Schema:
+    return Schema(tuple(Column(n, SqlType(t)) for n, t in columns), tuple(dict.fromkeys(key)))
+
+
+def collect(df: DataFrame, schema: pa.Schema) -> pa.Table:
+    """A per-epoch frame on the driver, in the operator's Arrow types."""
+    return df.toArrow().select(schema.names).cast(schema)
+
+
+@dataclass
+class Operator(ABC):
+    """One node of an MV's operator tree: its output columns and key, its inputs, its state tables
+    and its two evaluations (per epoch, from a snapshot)."""
+
+    id: int
+    columns: list[tuple[str, str]]  # (internal name, SQL type name), in output order
+    key: list[str]
+
+    op: ClassVar[str]  # its name in the catalog's JSON
+    keeps_state: ClassVar[bool] = False
+
+    @property
+    def inputs(self) -> list[Operator]:
+        return []
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.columns]
+
+    def type_of(self, name: str) -> str:
+        return dict(self.columns)[name]
+
+    def arrow_schema(self, *extra: pa.Field) -> pa.Schema:
+        return pa.schema([*[pa.field(n, SqlType(t).arrow) for n, t in self.columns], *extra])
+
+    def spark_ddl(self) -> str:
+        return ", ".join(f"`{n}` {SqlType(t).spark}" for n, t in self.columns)
+
+    def walk(self) -> list[Operator]:
+        """This operator and every operator below it, inputs first."""
+        out: list[Operator] = []
+        for i in self.inputs:
+            out.extend(i.walk())
+        out.append(self)
+        return out
+
+    @property
+    def stateless(self) -> bool:
+        """Scans and projections only: each output row follows from one input row, so the tree runs
+        whole in Spark and its changes of several epochs can be computed in one job."""
+        return not any(n.keeps_state for n in self.walk())
+
+    def upstreams(self) -> list[str]:
+        """The relations the tree scans, each once, in scan order."""
+        return list(dict.fromkeys(u for i in self.inputs for u in i.upstreams()))
+
+    # --- state ---------------------------------------------------------------------------------
+    def state_tables(self) -> dict[str, Schema]:
+        """This operator's own state tables by suffix (the MV stores them as `<mv>.<suffix>`)."""
+        return {}
+
+    @classmethod
+    def state_purpose(cls, suffix: str, key: tuple[str, ...]) -> str | None:
+        """What the state table `suffix` holds, for DESCRIBE, if it is one of this operator type's."""
+        return None
+
+    # --- catalog JSON --------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "op": self.op, "columns": [list(c) for c in self.columns], "key": self.key,
+                "inputs": [i.to_json() for i in self.inputs], **self._fields_json()}
+
+    @abstractmethod
+    def _fields_json(self) -> dict[str, Any]:
+        """This operator type's own fields, as stored (absent ones left out)."""
+
+    @classmethod
+    @abstractmethod
+    def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Operator:
+        """The operator stored as `d`, over its already decoded inputs."""
+
+    # --- per epoch -----------------------------------------------------------------------------
+    @abstractmethod
+    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        """The epoch's change of this operator's output: a Z-set `| columns | _w |` (and `_vnode`,
+        the MV's, at the root), or None if it did not change."""
+
+    def frame(self, io: EpochIO, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame | None:
+        """The epoch's change of a stateless tree as one Spark DataFrame `| columns | _w | keep |`
+        (and `_vnode`), None if its upstream did not change."""
+        raise AssertionError(f"BUG: {self.op} {self.id} keeps state: only a stateless tree is one Spark frame")
+
+    def _collected(self, io: EpochIO, root: bool) -> pa.Table | None:
+        frame = self.frame(io, vnode=root)
+        return None if frame is None else collect(frame, self.arrow_schema(WEIGHT, *([VNODE] if root else [])))
+
+    # --- from a snapshot -----------------------------------------------------------------------
+    @abstractmethod
+    def batch(self, io: SnapshotIO) -> DataFrame:
+        """This operator's whole output as of the snapshot, `| columns |`; its state tables' rows go
+        to `io.state_rows`."""

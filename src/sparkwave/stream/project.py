@@ -1,0 +1,88 @@
+"""The projection: Spark SQL expressions over its input's columns, after an optional predicate. It
+keeps no state: each output row follows from one input row with the same weight.
+
+Over a scan (or projections over one) it extends the scan's DataFrame, so the chain is one Spark
+job per epoch. Over a join or an aggregate its input is an Arrow Z-set on the driver: a pure rename
+stays in Arrow; anything else, and the MV's root (whose `_vnode` Spark computes), goes through Spark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkwave.core.chunk import vnode_sql
+from sparkwave.core.zset import W
+from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, Operator, SnapshotIO, collect
+
+
+@dataclass(kw_only=True)
+class Project(Operator):
+    op = "project"
+
+    input: Operator
+    exprs: list[tuple[str, str]]  # (column, Spark SQL over the input's columns), in output order
+    predicate: str | None = None  # over the input's columns
+
+    @property
+    def inputs(self) -> list[Operator]:
+        return [self.input]
+
+    def _fields_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.predicate is not None:
+            d["predicate"] = self.predicate
+        if self.exprs:
+            d["exprs"] = [list(e) for e in self.exprs]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Project:
+        (child,) = inputs
+        return Project(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
+                       exprs=[(n, e) for n, e in d.get("exprs", [])], predicate=d.get("predicate"))
+
+    @property
+    def is_rename(self) -> bool:
+        """Every column is an input column as it is (and nothing is filtered)."""
+        return self.predicate is None and all(e.startswith("`") and e.endswith("`") and e.count("`") == 2
+                                              for _, e in self.exprs)
+
+    def select(self, rows: DataFrame, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame:
+        """The predicate and the expressions over the input's rows, keeping the columns `keep` (and
+        adding the key's `_vnode`)."""
+        if self.predicate:
+            rows = rows.where(self.predicate)
+        exprs = dict(self.exprs)
+        return rows.selectExpr(*[f"{e} AS `{n}`" for n, e in self.exprs], *keep,
+                               *([vnode_sql([exprs[k] for k in self.key])] if vnode else []))
+
+    # --- per epoch -----------------------------------------------------------------------------
+    def frame(self, io: EpochIO, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame | None:
+        child = self.input.frame(io, keep)
+        return None if child is None else self.select(child, (W, *keep), vnode=vnode)
+
+    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        if self.stateless:
+            return self._collected(io, root)
+        child = self.input.delta(io)
+        if child is None or child.num_rows == 0:
+            return None
+        return self.apply(child, io.spark, root=root)
+
+    def apply(self, child: pa.Table, spark: SparkSession | None = None, *, root: bool = False) -> pa.Table:
+        """The projection of an Arrow Z-set of the input (`| columns | _w |`). Only a rename below the
+        root runs without Spark."""
+        if not root and self.is_rename:
+            names = [e[1:-1] for _, e in self.exprs]
+            return child.select([*names, W]).rename_columns([*self.names, W]).cast(self.arrow_schema(WEIGHT))
+        assert spark is not None, f"BUG: projection {self.id} computes expressions: it needs Spark"
+        df = spark.createDataFrame(child.drop_columns([W]).append_column(W, child[W]),
+                                   schema=f"{self.input.spark_ddl()}, `{W}` bigint")
+        return collect(self.select(df, (W,), vnode=root), self.arrow_schema(WEIGHT, *([VNODE] if root else [])))
+
+    # --- from a snapshot -----------------------------------------------------------------------
+    def batch(self, io: SnapshotIO) -> DataFrame:
+        return self.select(self.input.batch(io))

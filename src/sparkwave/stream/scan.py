@@ -1,0 +1,100 @@
+"""The scan: an upstream relation's change rows (per epoch) or snapshot (backfill), with an optional
+TUMBLE/HOP window, the projections that name its columns and a pushed-down predicate, all evaluated
+by Spark. It keeps no state.
+
+Per epoch the log rows' ops become weights (+1 for +I and +U, -1 for -D and -U) in the same select
+as the expressions, and the projections above the scan extend the same DataFrame (`Project.frame`):
+the whole stateless chain is one Spark job, collected once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparkwave.core.chunk import Op, vnode_sql
+from sparkwave.core.zset import W
+from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO
+
+_WEIGHT = f"CAST(CASE WHEN _op IN ({int(Op.INSERT)}, {int(Op.UPDATE_INSERT)}) THEN 1 ELSE -1 END AS BIGINT) AS {W}"
+
+
+@dataclass(frozen=True)
+class Window:
+    """TUMBLE(`size`) or HOP(`slide`, `size`) over the time column `time`, in seconds. A HOP row
+    belongs to several windows, so `window_start` is part of a hopping scan's key."""
+
+    kind: Literal["tumble", "hop"]
+    time: str
+    size: int
+    slide: int | None = None  # hop
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "time": self.time, "size": self.size}
+        if self.kind == "hop":
+            d["slide"] = self.slide
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Window:
+        return Window(d["kind"], d["time"], d["size"], d.get("slide"))
+
+    def apply(self, rows: DataFrame) -> DataFrame:
+        """`rows` with each row's `window_start` and `window_end` (one row per window for HOP)."""
+        t = F.col(f"`{self.time}`")
+        win = F.window(t, f"{self.size} seconds") if self.kind == "tumble" else \
+            F.window(t, f"{self.size} seconds", f"{self.slide} seconds")
+        return rows.select("*", win.getField("start").alias("window_start"), win.getField("end").alias("window_end"))
+
+
+@dataclass(kw_only=True)
+class Scan(Operator):
+    op = "scan"
+
+    relation: str
+    exprs: list[tuple[str, str]]  # (column, Spark SQL over the upstream's columns)
+    window: Window | None = None
+    predicate: str | None = None  # over this scan's columns
+
+    def upstreams(self) -> list[str]:
+        return [self.relation]
+
+    def _fields_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"relation": self.relation}
+        if self.window is not None:
+            d["window"] = self.window.to_json()
+        if self.predicate is not None:
+            d["predicate"] = self.predicate
+        if self.exprs:
+            d["exprs"] = [list(e) for e in self.exprs]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Scan:
+        assert not inputs, "BUG: a scan has no inputs"
+        return Scan(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), relation=d["relation"],
+                    exprs=[(n, e) for n, e in d.get("exprs", [])],
+                    window=Window.from_json(d["window"]) if d.get("window") else None, predicate=d.get("predicate"))
+
+    def select(self, rows: DataFrame, extra: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame:
+        """The window, the expressions (with the select items `extra`, and the key's `_vnode`) and the
+        predicate over upstream rows."""
+        if self.window is not None:
+            rows = self.window.apply(rows)
+        exprs = dict(self.exprs)
+        out = rows.selectExpr(*[f"{e} AS `{n}`" for n, e in self.exprs], *extra,
+                              *([vnode_sql([exprs[k] for k in self.key])] if vnode else []))
+        return out.where(self.predicate) if self.predicate else out
+
+    def frame(self, io: EpochIO, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame | None:
+        rows = io.log(self.relation)
+        return None if rows is None else self.select(rows, (_WEIGHT, *keep), vnode=vnode)
+
+    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        return self._collected(io, root)
+
+    def batch(self, io: SnapshotIO) -> DataFrame:
+        return self.select(io.snapshot(self.relation))
