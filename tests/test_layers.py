@@ -13,7 +13,7 @@ LAYER = {"core": 0, "connectors": 1, "storage": 1, "stream": 2, "meta": 3, "fron
 
 
 def package(module: str) -> str:
-    """`sparkwave.meta.jobs` -> `meta`; `sparkwave.errors` -> `errors`."""
+    """`sparkwave.meta.jobs` -> `meta`; `sparkwave` -> `__init__`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -25,7 +25,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
             names = [node.module] if node.module != "sparkwave" else [f"sparkwave.{a.name}" for a in node.names]
             out += [(node.lineno, n) for n in names]
         elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("sparkwave.")]
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "sparkwave"]
     return out
 
 

@@ -7,8 +7,8 @@ import time
 
 from rich.console import Console
 
-import sparkwave
 from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
+from sparkwave.frontend.session import Session, connect
 from sparkwave.meta.barrier import EpochReport
 
 FIRST_MVS = """
@@ -33,7 +33,7 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
                   f"{seconds:.0f} s (Ctrl-C stops it cleanly)")
     console.print("starting Spark (local) ...")
 
-    session: list[sparkwave.Session] = []
+    session: list[Session] = []
 
     def on_epoch(r: EpochReport) -> None:
         out = ", ".join(f"{k} +{v}" for k, v in r.rows_out.items() if "." not in k)  # state tables aside
@@ -44,7 +44,7 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
                       f"latency [yellow]{r.latency_ms:6.0f} ms[/]  changes: {out}{jobs}", highlight=False)
 
     started = time.time()
-    with sparkwave.connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
+    with connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
         session.append(s)
         try:
             s.sql(tables_sql(2300))

@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
 def _sql(console: Console, warehouse: str, text: str) -> int:
     from pyspark.sql import DataFrame
 
-    import sparkwave
+    from sparkwave.frontend.session import connect
 
     try:
-        session = sparkwave.connect(warehouse)
+        session = connect(warehouse)
     except OwnershipError as e:  # control statements still reach the owner, through the catalog
         return _send_requests(console, warehouse, text, e)
     with session:

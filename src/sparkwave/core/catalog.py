@@ -129,6 +129,7 @@ class JobRow:
         return self.phase is not Phase.CREATED
 
 
+ALL_UPSTREAMS = "*"  # older versions stored one count per vnode summed over the upstreams
 KEPT_JOB_STEPS = 5000  # a job's most recent checkpoints kept for progress and inspection
 
 _JOB_COLS = ("id, relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, allowed_lag, next_vnode, "
@@ -338,6 +339,11 @@ class Catalog:
         db.execute("INSERT OR REPLACE INTO bases VALUES (?, ?, ?, ?)", (relation, epoch, version, rows))
         db.execute("DELETE FROM base_files WHERE relation = ? AND epoch = ?", (relation, epoch))
         db.executemany("INSERT INTO base_files VALUES (?, ?, ?)", [(relation, epoch, f) for f in files])
+
+    def retained_from(self, relation: str, default: int) -> int:
+        """The oldest epoch retention keeps readable for `relation` (`default` until it first runs)."""
+        row = self._one("SELECT value FROM settings WHERE key = ?", (f"retained_from.{relation}",))
+        return int(row[0]) if row else default
 
     def retire(self, relation: str, keep: int, retained_from: int) -> None:
         """Retention: bases older than the base at `keep` and log files of epochs `<= keep` are
@@ -551,5 +557,5 @@ def _job(row: tuple) -> JobRow:
     vals = list(row)
     vals[3] = Phase(vals[3])
     counts = json.loads(vals[9]) if vals[9] else None
-    vals[9] = {vals[4] or "": counts} if isinstance(counts, list) else counts  # a list: summed (older versions)
+    vals[9] = {ALL_UPSTREAMS: counts} if isinstance(counts, list) else counts
     return JobRow(*vals)

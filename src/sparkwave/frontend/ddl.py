@@ -19,7 +19,7 @@ from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.progress import job_infos
 from sparkwave.meta.runtime import Runtime
-from sparkwave.meta.settings import Settings
+from sparkwave.meta.settings import SPECS, Settings
 from sparkwave.storage.compaction import write_base
 from sparkwave.storage.state import state_name
 from sparkwave.stream.dataflow import Dataflow
@@ -35,14 +35,20 @@ class Ddl:
         self.locks = locks
         self.creating = creating
 
+    def _exists(self, stmt: Statement, name: str) -> bool:
+        """Whether CREATE ... IF NOT EXISTS has nothing to do; an error if the name is taken."""
+        if self.catalog.relation(name) is None:
+            return False
+        if stmt.args["if_not_exists"]:
+            return True
+        raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+
     def create_table(self, stmt: Statement) -> None:
         ast = stmt.ast
         assert isinstance(ast, exp.Create)
         name = ast.this.this.name.lower()
-        if self.catalog.relation(name) is not None:
-            if stmt.args["if_not_exists"]:
-                return
-            raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        if self._exists(stmt, name):
+            return
         columns: list[Column] = []
         key: list[str] = []
         for item in ast.this.expressions:
@@ -91,19 +97,16 @@ class Ddl:
 
     def create_mv(self, stmt: Statement) -> None:
         name = stmt.args["name"]
-        if self.catalog.relation(name) is not None:
-            if stmt.args["if_not_exists"]:
-                return
-            raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        if self._exists(stmt, name):
+            return
         options = {k.lower(): v for k, v in stmt.args["options"].items()}
         unknown = set(options) - {"backfill_strategy"}
         if unknown:
             raise stmt.error(f"unknown option(s) {', '.join(sorted(unknown))} for CREATE MATERIALIZED VIEW", "WITH")
-        settings = Settings.load(self.catalog)
+        settings = Settings(self.catalog)
         strategy = options.get("backfill_strategy", settings.backfill_strategy).lower()
         if strategy not in tuple(Strategy):
-            raise stmt.error(f"unknown backfill strategy {strategy!r}; supported: {', '.join(Strategy)}",
-                             "backfill_strategy")
+            raise stmt.error(SPECS["backfill_strategy"].error("backfill_strategy", strategy), "backfill_strategy")
         assert stmt.ast is not None
         plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
         for u in plan.upstreams:

@@ -58,7 +58,7 @@ class Session:
             self.locks = Locks()
             self.loop = BarrierLoop(self.rt, self.locks, barrier_interval_ms, on_epoch)
             self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop, self.loop.request_barrier)
-            self.creating.chunk_rows = Settings.load(self.catalog).backfill_chunk_rows
+            self.creating.chunk_rows = Settings(self.catalog).backfill_chunk_rows
             self.loop.jobs = self.creating
             self.ddl = Ddl(self.rt, self.locks, self.creating)
             self._recover()
@@ -184,11 +184,11 @@ class Session:
         if key not in SPECS:
             raise stmt.error(f"unknown setting {key!r}; known: {', '.join(SPECS)}", key)
         try:
-            value = Settings.store(self.catalog, key, text)
+            Settings(self.catalog).store(key, text)
         except ValueError as e:
             raise stmt.error(str(e), text) from None
         if key == "backfill_chunk_rows":
-            self.creating.chunk_rows = value
+            self.creating.chunk_rows = Settings(self.catalog).backfill_chunk_rows
 
     def _do_show(self, stmt: Statement) -> DataFrame:
         return show.show(self.rt, stmt)

@@ -15,6 +15,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sparkwave.core.errors import SqlError
+from sparkwave.meta.settings import SPECS, rate_limit
 
 DIALECT = "postgres"
 
@@ -201,13 +202,8 @@ def _create_table(base: Statement) -> Statement:
 
 def rate_limit_value(stmt: Statement, value: str) -> int | None:
     """A BACKFILL_RATE_LIMIT value: rows per second (0 pauses), or None for DEFAULT (unlimited)."""
-    if value.lower() == "default":
-        return None
     try:
-        n = int(value)
+        return rate_limit(value)
     except ValueError:
-        n = -1
-    if n < 0:
-        raise stmt.error(f"a backfill rate limit is a non-negative number of rows per second or DEFAULT, got "
-                         f"{value!r}", value)
-    return n
+        raise stmt.error(f"a backfill rate limit is {SPECS['backfill_rate_limit'].expects}, got {value!r}",
+                         value) from None

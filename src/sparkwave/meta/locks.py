@@ -1,6 +1,6 @@
 """The owner's locks and the one order they may be taken in.
 
-    ddl  ->  epoch  ->  gate  ->  (leaves: the catalog's connection lock, the runtime's table cache)
+    ddl  ->  epoch  ->  gate  ->  (leaves: the catalog's connection lock, the store's table cache)
 
 - `ddl`: DDL and maintenance exclude each other: a DROP never removes a relation that compaction
   or retention is working on. Held for as long as compaction runs (seconds), never by an epoch.

@@ -41,14 +41,14 @@ class Maintenance:
                 return False
             compacted = compact(self.store, rel, epoch)
             with self.locks.epoch:
-                apply_retention(self.store, rel, Settings.load(self.store.catalog).retention_seconds)
+                apply_retention(self.store, rel, Settings(self.store.catalog).retention_seconds)
         return compacted
 
     def _loop(self) -> None:
         catalog = self.store.catalog
         while not self._stop.wait(self.interval_s):
             try:
-                threshold = Settings.load(catalog).compaction_epochs
+                threshold = Settings(catalog).compaction_epochs
                 epoch = catalog.committed_epoch()
                 for rel in catalog.relations(internal=True):
                     if self._stop.is_set():

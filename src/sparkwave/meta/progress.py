@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sparkwave.core.catalog import Catalog, JobRow, Phase
+from sparkwave.core.catalog import ALL_UPSTREAMS, Catalog, JobRow, Phase
 from sparkwave.meta.lag_rule import LagRule
 
 RATE_WINDOW_S = 10.0  # rows/s is measured over the checkpoints of this recent window
@@ -96,7 +96,7 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
     total = job.rows_total
     percent = 100.0 if job.phase is not Phase.SNAPSHOT else (100.0 * job.rows_done / total if total else 0.0)
     upstreams = tuple(UpstreamProgress(u, sum(counts[:job.next_vnode]), sum(counts))
-                      for u, counts in (job.vnode_rows or {}).items())
+                      for u, counts in (job.vnode_rows or {}).items() if u != ALL_UPSTREAMS)
     chunks = tuple(ChunkProgress(c.lo, c.hi, c.rows, c.state, c.attempts) for c in catalog.job_chunks(job.id))
     return JobInfo(job.id, job.relation, "table" if kind == "table" else "materialized view", job.strategy, phase,
                    job.rows_done, total, round(percent, 1), round(rate or 0.0, 1),

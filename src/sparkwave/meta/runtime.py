@@ -27,5 +27,4 @@ class Runtime(Store):
 
     def forget(self, name: str) -> None:
         super().forget(name)
-        with self._lock:
-            self._connectors.pop(name, None)
+        self._connectors.pop(name, None)  # dict.pop is atomic; a connector is created under the lock

@@ -1,28 +1,33 @@
 """The warehouse's settings (`SET key = value`): stored as text in the catalog so that they survive a
-restart, read back as one typed object so that no caller parses strings."""
+restart, read through one typed object so that no caller parses strings. Each setting is parsed
+when it is read, so one bad stored value fails only what uses it, with an error naming it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from sparkwave.core.catalog import Catalog
+from sparkwave.core.errors import SparkwaveError
 from sparkwave.meta.creating_job import Strategy
 
 
 def _non_negative(text: str) -> float:
     value = float(text)
-    if value < 0:
+    if value < 0 or not math.isfinite(value):
         raise ValueError
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError
-    return value
+def _count(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError
+        return value
+    return parse
 
 
 def _bool(text: str) -> bool:
@@ -31,75 +36,97 @@ def _bool(text: str) -> bool:
     return text in ("true", "on")
 
 
-def _rate(text: str) -> int | None:
-    if text == "default":
+def rate_limit(text: str) -> int | None:
+    """Rows per second (0 pauses), or None for DEFAULT (unlimited)."""
+    if text.lower() == "default":
         return None
-    value = int(text)
-    if value < 0:
-        raise ValueError
-    return value
+    return _count(0)(text)
 
 
 @dataclass(frozen=True)
 class _Spec:
     default: str
     parse: Callable[[str], Any]
-    expects: str
+    expects: str  # completes "setting X needs ..."
     doc: str
+    unknown: str | None = None  # the error for a value outside a closed set, with {text}
 
     def error(self, key: str, text: str) -> str:
-        if key == "backfill_strategy":
-            return f"unknown backfill strategy {text!r}; supported: {', '.join(Strategy)}"
+        if self.unknown:
+            return self.unknown.format(text=repr(text))
         return f"setting {key} needs {self.expects}, got {text!r}"
 
 
 SPECS: dict[str, _Spec] = {
-    "retention_seconds": _Spec("3600", _non_negative, "a non-negative number",
+    "retention_seconds": _Spec("3600", _non_negative, "a non-negative number of seconds",
                                "how long committed epochs stay readable with as_of"),
-    "compaction_epochs": _Spec("50", lambda t: int(_non_negative(t)), "a non-negative number",
+    "compaction_epochs": _Spec("50", _count(0), "a non-negative integer",
                                "log epochs since the base that trigger a compaction"),
     "backfill_strategy": _Spec("snapshot", Strategy, f"one of {', '.join(Strategy)}",
-                               "how CREATE MATERIALIZED VIEW fills a new MV"),
+                               "how CREATE MATERIALIZED VIEW fills a new MV",
+                               "unknown backfill strategy {text}; supported: " + ", ".join(Strategy)),
     "background_ddl": _Spec("false", _bool, "true or false",
                             "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
-    "backfill_rate_limit": _Spec("default", _rate, "a non-negative integer or DEFAULT",
+    "backfill_rate_limit": _Spec("default", rate_limit, "a non-negative number of rows per second or DEFAULT",
                                  "rows per second per new creating job; default = unlimited, 0 = paused"),
-    "backfill_chunk_rows": _Spec("10000000", _positive_int, "a positive integer",
+    "backfill_chunk_rows": _Spec("10000000", _count(1), "a positive integer",
                                  "at most this many snapshot rows per checkpoint of a creating job"),
 }
 
 
-@dataclass(frozen=True)
 class Settings:
-    retention_seconds: float
-    compaction_epochs: int
-    backfill_strategy: Strategy
-    background_ddl: bool
-    backfill_rate_limit: int | None
-    backfill_chunk_rows: int
+    """Typed access to the settings stored in a warehouse's catalog."""
 
-    @staticmethod
-    def load(catalog: Catalog) -> Settings:
-        """The current settings; a value stored by an older version that no longer parses is an error
-        naming it (never silently the default)."""
-        values = {f.name: SPECS[f.name].parse(catalog.setting(f"config.{f.name}", SPECS[f.name].default)
-                                              or SPECS[f.name].default) for f in fields(Settings)}
-        return Settings(**values)
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
 
-    @staticmethod
-    def store(catalog: Catalog, key: str, text: str) -> Any:
-        """Check and store `SET key = text`; returns the typed value. Raises `KeyError` for an unknown
-        key and `ValueError` (saying what was expected) for a bad value."""
+    @property
+    def retention_seconds(self) -> float:
+        return float(self._get("retention_seconds"))
+
+    @property
+    def compaction_epochs(self) -> int:
+        return int(self._get("compaction_epochs"))
+
+    @property
+    def backfill_strategy(self) -> Strategy:
+        return Strategy(self._get("backfill_strategy"))
+
+    @property
+    def background_ddl(self) -> bool:
+        return bool(self._get("background_ddl"))
+
+    @property
+    def backfill_rate_limit(self) -> int | None:
+        value = self._get("backfill_rate_limit")
+        return None if value is None else int(value)
+
+    @property
+    def backfill_chunk_rows(self) -> int:
+        return int(self._get("backfill_chunk_rows"))
+
+    def _get(self, key: str) -> Any:
+        spec = SPECS[key]
+        text = self.catalog.setting(f"config.{key}", spec.default) or spec.default
+        try:
+            return spec.parse(text)
+        except (ValueError, OverflowError):
+            raise SparkwaveError(f"the stored setting {key} = {text!r} is invalid: it needs {spec.expects}; "
+                                 f"SET it again") from None
+
+    def store(self, key: str, text: str) -> None:
+        """Check and store `SET key = text`. Raises `ValueError` saying what was expected."""
         spec = SPECS[key]
         try:
             value = spec.parse(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise ValueError(spec.error(key, text)) from None
-        catalog.set_setting(f"config.{key}", "default" if value is None else _text(value))
-        return value
+        self.catalog.set_setting(f"config.{key}", "default" if value is None else _text(value, text))
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, text: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        return text  # as written: str() of a float may read differently
     return str(value)

@@ -43,7 +43,7 @@ class Store:
             self._tables.pop(name, None)
 
     def retained_from(self, rel: Relation) -> int:
-        return int(self.catalog.setting(f"retained_from.{rel.name}", str(rel.created_epoch)) or 0)
+        return self.catalog.retained_from(rel.name, rel.created_epoch)
 
     def check_retained(self, rel: Relation, epoch: int) -> None:
         committed = self.catalog.committed_epoch()

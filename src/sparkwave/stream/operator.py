@@ -16,19 +16,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.storagelevel import StorageLevel
 
+from sparkwave.core.chunk import vnode_sql
 from sparkwave.core.schema import Column, Schema, SqlType
 from sparkwave.core.zset import W
 from sparkwave.storage.snapshot import read_parquet
+from sparkwave.storage.store import Store
 from sparkwave.storage.table import log_spark_ddl
-
-if TYPE_CHECKING:
-    from sparkwave.storage.store import Store
 
 WEIGHT = pa.field(W, pa.int64())
 VNODE = pa.field("_vnode", pa.int16())
@@ -103,6 +102,23 @@ class SnapshotIO:
 
 def state_schema(columns: list[tuple[str, str]], key: list[str]) -> Schema:
     return Schema(tuple(Column(n, SqlType(t)) for n, t in columns), tuple(dict.fromkeys(key)))
+
+
+def select_items(exprs: list[tuple[str, str]], key: list[str], extra: tuple[str, ...], vnode: bool) -> list[str]:
+    """A projection's select items: each expression as its column, then `extra`, then (at the MV's
+    root) the key's `_vnode` over the same expressions, so that one select computes all three."""
+    by_name = dict(exprs)
+    return [f"{e} AS `{n}`" for n, e in exprs] + list(extra) + ([vnode_sql([by_name[k] for k in key])] if vnode else [])
+
+
+def exprs_json(exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, Any]:
+    """A scan's or projection's expressions and predicate as stored (absent ones left out)."""
+    d: dict[str, Any] = {}
+    if predicate is not None:
+        d["predicate"] = predicate
+    if exprs:
+        d["exprs"] = [list(e) for e in exprs]
+    return d
 
 
 def collect(df: DataFrame, schema: pa.Schema) -> pa.Table:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkwave.core.errors import CatalogError
 from sparkwave.core.schema import Schema
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.join import Join
@@ -33,7 +34,9 @@ OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, J
 def from_json(d: dict[str, Any]) -> Operator:
     """The operator tree stored as `d`."""
     cls = OPERATORS.get(d["op"])
-    assert cls is not None, f"BUG: unknown operator {d['op']!r} in a stored plan"
+    if cls is None:
+        raise CatalogError(f"a stored plan has operator {d['op']!r}, which this version of sparkwave does not know; "
+                           f"known: {', '.join(OPERATORS)}")
     return cls.from_json(d, [from_json(i) for i in d.get("inputs", [])])
 
 

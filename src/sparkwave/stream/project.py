@@ -13,9 +13,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkwave.core.chunk import vnode_sql
 from sparkwave.core.zset import W
-from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, Operator, SnapshotIO, collect
+from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, Operator, SnapshotIO, collect, exprs_json, select_items
 
 
 @dataclass(kw_only=True)
@@ -31,12 +30,7 @@ class Project(Operator):
         return [self.input]
 
     def _fields_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {}
-        if self.predicate is not None:
-            d["predicate"] = self.predicate
-        if self.exprs:
-            d["exprs"] = [list(e) for e in self.exprs]
-        return d
+        return exprs_json(self.exprs, self.predicate)
 
     @classmethod
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Project:
@@ -55,9 +49,7 @@ class Project(Operator):
         adding the key's `_vnode`)."""
         if self.predicate:
             rows = rows.where(self.predicate)
-        exprs = dict(self.exprs)
-        return rows.selectExpr(*[f"{e} AS `{n}`" for n, e in self.exprs], *keep,
-                               *([vnode_sql([exprs[k] for k in self.key])] if vnode else []))
+        return rows.selectExpr(*select_items(self.exprs, self.key, keep, vnode))
 
     # --- per epoch -----------------------------------------------------------------------------
     def frame(self, io: EpochIO, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame | None:

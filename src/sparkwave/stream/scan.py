@@ -15,9 +15,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkwave.core.chunk import Op, vnode_sql
+from sparkwave.core.chunk import Op
 from sparkwave.core.zset import W
-from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO
+from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, exprs_json, select_items
 
 _WEIGHT = f"CAST(CASE WHEN _op IN ({int(Op.INSERT)}, {int(Op.UPDATE_INSERT)}) THEN 1 ELSE -1 END AS BIGINT) AS {W}"
 
@@ -66,11 +66,7 @@ class Scan(Operator):
         d: dict[str, Any] = {"relation": self.relation}
         if self.window is not None:
             d["window"] = self.window.to_json()
-        if self.predicate is not None:
-            d["predicate"] = self.predicate
-        if self.exprs:
-            d["exprs"] = [list(e) for e in self.exprs]
-        return d
+        return {**d, **exprs_json(self.exprs, self.predicate)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Scan:
@@ -84,9 +80,7 @@ class Scan(Operator):
         predicate over upstream rows."""
         if self.window is not None:
             rows = self.window.apply(rows)
-        exprs = dict(self.exprs)
-        out = rows.selectExpr(*[f"{e} AS `{n}`" for n, e in self.exprs], *extra,
-                              *([vnode_sql([exprs[k] for k in self.key])] if vnode else []))
+        out = rows.selectExpr(*select_items(self.exprs, self.key, extra, vnode))
         return out.where(self.predicate) if self.predicate else out
 
     def frame(self, io: EpochIO, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame | None:
