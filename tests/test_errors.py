@@ -87,6 +87,12 @@ def still_usable(s) -> None:
     ("CREATE TABLE d (id int) WITH (connector = 'kafkaa')", SqlError, ["unknown connector", "kafkaa"]),
     ("CREATE TABLE d (id int) WITH (connector = 'datagen', fields.x.kind = 'random')", SqlError, ["unknown column"]),
     ("CREATE TABLE d (id int) WITH (connector = 'nexmark', nexmark.table.type = 'bid')", SqlError, ["id", "bid"]),
+    ('CREATE TABLE "m.x" (id int, PRIMARY KEY (id))', SqlError, ["invalid name", "'m.x'", "letters, digits"]),
+    ('CREATE TABLE "../up" (id int)', SqlError, ["invalid name", "'../up'"]),
+    ('CREATE TABLE "/tmp/abs" (id int)', SqlError, ["invalid name", "'/tmp/abs'"]),
+    ("CREATE TABLE db.t2 (id int)", SqlError, ["schema-qualified", "db.t2"]),
+    ("INSERT INTO db.t VALUES (9, 'z')", SqlError, ["schema-qualified", "db.t"]),
+    ("CREATE MATERIALIZED VIEW " + "x" * 64 + " AS SELECT k FROM t", SqlError, ["invalid name", "63 characters"]),
 ])
 def test_bad_statement_names_the_problem_and_leaves_data_intact(loaded, sql, error, words):
     with pytest.raises(error) as info:
@@ -149,3 +155,19 @@ def test_creating_jobs_refuse_what_they_cannot_do_and_leave_data_intact(loaded):
     s.sql("DROP MATERIALIZED VIEW c")  # dropping a creating job cancels it
     assert s.catalog.relation("c") is None and not s.warehouse.relation_dir("c").exists()
     still_usable(s)
+
+
+def test_no_name_reaches_the_file_system(loaded):
+    """The data loss of issue "Hardening": a table named "m.x" was stored under the folder of an MV
+    `m`'s state and deleted as unowned on the next open. Such names are refused; none becomes a path."""
+    root = loaded.warehouse.root
+    before = sorted(p.relative_to(root.parent) for p in root.parent.rglob("*") if "catalog.db" not in p.name)
+    for name in ('"m.x"', '"../t"', '"a/b"', '"/tmp/x"', '"."', '""'):
+        with pytest.raises(SqlError):
+            loaded.sql(f"CREATE TABLE {name} (id int, PRIMARY KEY (id))")
+    after = sorted(p.relative_to(root.parent) for p in root.parent.rglob("*") if "catalog.db" not in p.name)
+    assert after == before
+    for bad in ("../t", "a/b", "/tmp/x", "m.x.y", "m./x", ""):
+        with pytest.raises(CatalogError, match="must not become a path"):
+            loaded.warehouse.relation_dir(bad)
+    still_usable(loaded)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 
 from deltalake import DeltaTable
 
+import sparkwave
 from sparkwave.core.chunk import Op
 from sparkwave.core.epoch import EPOCH_ORIGIN_MS, epoch_ms, next_epoch
 from sparkwave.storage.snapshot import changes
@@ -145,3 +148,49 @@ def test_point_lookups_read_only_the_row_groups_of_wanted_keys(tmp_path):
     nulls = candidate_groups(index, pa.table({"_vnode": pa.array([7], pa.int16()), "k": pa.array([None], pa.int64())}),
                              ["_vnode", "k"])
     assert nulls is not None and 97 in nulls and len(nulls) <= 2  # the NULL key's group (+ a boundary one)
+
+
+def _files(root) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file() and p.name != "OWNER"}
+
+
+def test_a_copied_or_moved_warehouse_reads_and_retains_its_own_files(spark, tmp_path):
+    """The catalog stores file paths relative to the warehouse: a copy reads, compacts and retains
+    its own files and leaves the original's alone; a moved warehouse opens."""
+    wh = tmp_path / "wh"
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k)); "
+              "CREATE MATERIALIZED VIEW m AS SELECT v % 2 AS p, count(*) AS n FROM t GROUP BY v % 2")
+        s.sql("INSERT INTO t VALUES (1, 1), (2, 2)")
+        s.flush()
+        s.compact()
+        s.sql("INSERT INTO t VALUES (3, 3)")
+        s.flush()
+        s.sql("INSERT INTO t VALUES (4, 4)")  # staged, not yet in an epoch
+        paths = [p for _, p in s.catalog.log_files("t", 0, s.committed_epoch)]
+        assert paths and all(p.startswith(str(wh.resolve())) for p in paths)
+    with sqlite3.connect(wh / "catalog.db") as db:  # the stored form
+        for table in ("log_files", "base_files", "dml"):
+            assert all(not os.path.isabs(p) for (p,) in db.execute(f"SELECT path FROM {table}")), table
+    original = _files(wh)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(wh, copy)
+    with sparkwave.connect(copy, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.flush()  # the staged batch lands in the copy
+        assert sorted(rows_of(s.table("t"))) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+        assert sorted(rows_of(s.table("m"))) == [(0, 2), (1, 2)]
+        s.sql("SET retention_seconds = 0")
+        s.sql("INSERT INTO t VALUES (5, 5)")
+        s.flush()
+        s.compact()
+        assert sorted(rows_of(s.table("m"))) == [(0, 2), (1, 3)]
+    assert _files(wh) == original, "the copy read or removed files of the original"
+
+    moved = tmp_path / "moved"
+    wh.rename(moved)
+    with sparkwave.connect(moved, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.flush()
+        assert sorted(rows_of(s.table("t"))) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+        assert sorted(rows_of(s.table("m"))) == [(0, 2), (1, 2)]

@@ -20,6 +20,7 @@ is uncommitted work, redone or skipped on recovery. Tables:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -169,6 +170,7 @@ class Catalog:
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self.root = str(path.resolve().parent)  # file paths are stored relative to the warehouse
         if read_only:
             if not path.exists():
                 raise CatalogError(f"no sparkwave warehouse at {path.parent} (no catalog.db)")
@@ -180,6 +182,18 @@ class Catalog:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_DDL)
         self._lock = threading.RLock()
+
+    def _stored(self, path: str) -> str:
+        """A file's path as stored: relative to the warehouse, so a copied or moved warehouse reads
+        (and its retention deletes) its own files."""
+        rel = os.path.relpath(os.path.abspath(path), self.root)
+        if rel.startswith(os.pardir):
+            raise CatalogError(f"BUG: {path} is outside the warehouse {self.root}")
+        return rel
+
+    def _file(self, stored: str) -> str:
+        """A stored path as a file: older versions stored absolute paths, which `join` keeps."""
+        return os.path.join(self.root, stored)
 
     def close(self) -> None:
         with self._lock:
@@ -295,7 +309,7 @@ class Catalog:
         """Mark `epoch` committed with its log files `(relation, path, rows, version)` and offsets."""
         with self.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)",
-                           [(r, epoch, p, n, v) for r, p, n, v in logs])
+                           [(r, epoch, self._stored(p), n, v) for r, p, n, v in logs])
             for rel, splits in offsets.items():
                 db.executemany('INSERT OR REPLACE INTO source_offsets VALUES (?, ?, ?)',
                                [(rel, s, o) for s, o in splits.items()])
@@ -317,8 +331,9 @@ class Catalog:
 
     def log_files(self, relation: str, after: int, upto: int) -> list[tuple[int, str]]:
         """The log files of epochs in `(after, upto]`, oldest first."""
-        return self._all("SELECT epoch, path FROM log_files WHERE relation = ? AND epoch > ? AND epoch <= ? "
-                         "ORDER BY epoch", (relation, after, upto))
+        return [(e, self._file(p)) for e, p in self._all(
+            "SELECT epoch, path FROM log_files WHERE relation = ? AND epoch > ? AND epoch <= ? ORDER BY epoch",
+            (relation, after, upto))]
 
     def base_at(self, relation: str, epoch: int) -> Base | None:
         """The newest base with compaction epoch <= `epoch`."""
@@ -326,7 +341,7 @@ class Catalog:
                         "ORDER BY epoch DESC LIMIT 1", (relation, epoch))
         if not row:
             return None
-        files = [r[0] for r in self._all("SELECT path FROM base_files WHERE relation = ? AND epoch = ?",
+        files = [self._file(r[0]) for r in self._all("SELECT path FROM base_files WHERE relation = ? AND epoch = ?",
                                          (relation, row[0]))]
         return Base(row[0], row[1], row[2], files)
 
@@ -338,7 +353,7 @@ class Catalog:
                  files: list[str]) -> None:
         db.execute("INSERT OR REPLACE INTO bases VALUES (?, ?, ?, ?)", (relation, epoch, version, rows))
         db.execute("DELETE FROM base_files WHERE relation = ? AND epoch = ?", (relation, epoch))
-        db.executemany("INSERT INTO base_files VALUES (?, ?, ?)", [(relation, epoch, f) for f in files])
+        db.executemany("INSERT INTO base_files VALUES (?, ?, ?)", [(relation, epoch, self._stored(f)) for f in files])
 
     def retained_from(self, relation: str, default: int) -> int:
         """The oldest epoch retention keeps readable for `relation` (`default` until it first runs)."""
@@ -366,24 +381,27 @@ class Catalog:
 
     def stage_dml(self, relation: str, path: str, rows: int) -> int:
         with self.transaction() as db:
-            cur = db.execute("INSERT INTO dml (relation, path, rows) VALUES (?, ?, ?)", (relation, path, rows))
+            cur = db.execute("INSERT INTO dml (relation, path, rows) VALUES (?, ?, ?)",
+                             (relation, self._stored(path), rows))
             return int(cur.lastrowid or 0)
 
     def pending_dml(self) -> list[tuple[int, str, str, int]]:
-        return self._all("SELECT id, relation, path, rows FROM dml WHERE epoch IS NULL ORDER BY id")
+        return [(i, r, self._file(p), n) for i, r, p, n in self._all(
+            "SELECT id, relation, path, rows FROM dml WHERE epoch IS NULL ORDER BY id")]
 
     def dml_batches(self, ids: list[int]) -> list[tuple[int, str, str, int]]:
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
-        return self._all(f"SELECT id, relation, path, rows FROM dml WHERE id IN ({marks}) ORDER BY id", tuple(ids))
+        return [(i, r, self._file(p), n) for i, r, p, n in self._all(
+            f"SELECT id, relation, path, rows FROM dml WHERE id IN ({marks}) ORDER BY id", tuple(ids))]
 
     def staged_paths(self) -> set[str]:
-        return {r[0] for r in self._all("SELECT path FROM dml")}
+        return {self._file(r[0]) for r in self._all("SELECT path FROM dml")}
 
     def consumed_dml(self) -> list[tuple[int, str]]:
-        return self._all("SELECT d.id, d.path FROM dml d JOIN epochs e ON d.epoch = e.epoch "
-                         "WHERE e.state = 'committed'")
+        return [(i, self._file(p)) for i, p in self._all(
+            "SELECT d.id, d.path FROM dml d JOIN epochs e ON d.epoch = e.epoch WHERE e.state = 'committed'")]
 
     def forget_dml(self, ids: list[int]) -> None:
         with self.transaction() as db:
@@ -445,7 +463,7 @@ class Catalog:
     def finish_chunk(self, job_id: int, lo: int, hi: int, rows: int, files: dict[str, list[str]], lag: Lag) -> None:
         with self.transaction() as db:
             db.execute("UPDATE job_chunks SET state = 'done', files = ? WHERE job = ? AND lo = ?",
-                       (json.dumps(files), job_id, lo))
+                       (json.dumps({t: [self._stored(f) for f in fs] for t, fs in files.items()}), job_id, lo))
             db.execute("UPDATE jobs SET next_vnode = ?, rows_done = rows_done + ?, error = NULL WHERE id = ?",
                        (hi, rows, job_id))
             self.add_job_step(db, job_id, Phase.SNAPSHOT, rows, 0, lag.epochs, lag.ms, None)
@@ -464,7 +482,8 @@ class Catalog:
         """Log files `(relation, epoch, path, rows, version)` consumed up to `through`; the job's pin
         follows it, with the lag rule's new allowed lag."""
         with self.transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)", logs)
+            db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)",
+                           [(r, e, self._stored(p), n, v) for r, e, p, n, v in logs])
             self.update_job(db, job_id, consumed_epoch=through, allowed_lag=allowed, error=None)
             self.move_pin(db, holder, through)
             self.add_job_step(db, job_id, Phase.LOG_STORE, rows, epochs, lag.epochs, lag.ms, allowed)
@@ -493,8 +512,9 @@ class Catalog:
 
     def job_chunks(self, job_id: int) -> list[Chunk]:
         """The snapshot phase's chunks by vnode."""
-        return [Chunk(lo, hi, n, st, a, json.loads(f) if f else {}) for lo, hi, n, st, a, f in self._all(
-            "SELECT lo, hi, rows, state, attempts, files FROM job_chunks WHERE job = ? ORDER BY lo", (job_id,))]
+        return [Chunk(lo, hi, n, st, a, {t: [self._file(f) for f in fs] for t, fs in json.loads(f or "{}").items()})
+                for lo, hi, n, st, a, f in self._all(
+                    "SELECT lo, hi, rows, state, attempts, files FROM job_chunks WHERE job = ? ORDER BY lo", (job_id,))]
 
     def epochs_between(self, after: int, upto: int | None = None) -> list[int]:
         """Planned or committed epochs in `(after, upto]` (upto: unbounded if None)."""

@@ -10,6 +10,7 @@ from sqlglot import exp
 from sparkwave.connectors import make_connector
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
+from sparkwave.core.names import relation_name
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, parse_type
 from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.progress_bars import JobBars
@@ -46,7 +47,11 @@ class Ddl:
     def create_table(self, stmt: Statement) -> None:
         ast = stmt.ast
         assert isinstance(ast, exp.Create)
-        name = ast.this.this.name.lower()
+        table = ast.this.this
+        if table.args.get("db") or table.args.get("catalog"):
+            raise stmt.error(f"schema-qualified table names are not supported: {table.sql(dialect='postgres')}",
+                             table.name)
+        name = relation_name(table.name, f" (at {stmt.where(table.name)})")
         if self._exists(stmt, name):
             return
         columns: list[Column] = []
@@ -96,7 +101,7 @@ class Ddl:
 
 
     def create_mv(self, stmt: Statement) -> None:
-        name = stmt.args["name"]
+        name = relation_name(stmt.args["name"], f" (at {stmt.where(stmt.args['name'])})")
         if self._exists(stmt, name):
             return
         options = {k.lower(): v for k, v in stmt.args["options"].items()}

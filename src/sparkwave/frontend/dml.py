@@ -76,6 +76,9 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
 def target_table(rt: Runtime, stmt: Statement, table: exp.Expr | None) -> Relation:
     if not isinstance(table, exp.Table):
         raise stmt.error("expected a table name")
+    if table.args.get("db") or table.args.get("catalog"):
+        raise stmt.error(f"schema-qualified table names are not supported: {table.sql(dialect='postgres')}",
+                         table.name)
     rel = rt.relation(table.name.lower())
     if rel.kind != "table":
         raise stmt.error(f"cannot modify {rel.name!r}: it is a materialized view; DML goes to tables")

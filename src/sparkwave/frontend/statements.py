@@ -75,7 +75,7 @@ def split(text: str) -> list[tuple[str, int, int]]:
     return out
 
 
-_NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
+_NAME = r"([A-Za-z_][A-Za-z0-9_]*)"  # a relation's name is further checked by core/names.py
 _OPTIONS = re.compile(r"\bWITH\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
 _OPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*('(?:[^']|'')*'|[-+]?[0-9.]+|[A-Za-z_]+)\s*(?:,|$)")
 

@@ -7,6 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
+from sparkwave.core.errors import CatalogError
+from sparkwave.core.names import is_name
+
 
 class Warehouse:
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -23,6 +26,8 @@ class Warehouse:
     def relation_dir(self, name: str) -> Path:
         """A table's or MV's folder; an MV's state table `<mv>.<suffix>` lives inside its MV's."""
         owner, _, suffix = name.partition(".")
+        if not is_name(owner) or (suffix and not is_name(suffix)):
+            raise CatalogError(f"BUG: {name!r} is not a relation name; it must not become a path")
         return self.root / "tables" / owner / "state" / suffix if suffix else self.root / "tables" / name
 
     def staging_dir(self) -> Path:
