@@ -27,4 +27,5 @@ class Runtime(Store):
 
     def forget(self, name: str) -> None:
         super().forget(name)
-        self._connectors.pop(name, None)  # dict.pop is atomic; a connector is created under the lock
+        with self._lock:
+            self._connectors.pop(name, None)

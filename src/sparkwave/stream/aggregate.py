@@ -168,14 +168,14 @@ class Aggregate(Operator):
             if a.fn == "count":
                 cols[f"p{i}"] = pc.if_else(pc.is_valid(d[a.arg]), w, 0)
             elif a.fn in ("sum", "avg"):
-                x = d[a.arg].cast(_arrow(ptypes[f"p{i}"]))
+                x = d[a.arg].cast(SqlType(ptypes[f"p{i}"]).arrow)
                 cols[f"p{i}"] = pc.if_else(pos, x, pc.negate(x))
                 cols[f"n{i}"] = pc.if_else(pc.is_valid(x), w, 0)
         additive = [c for c in cols if c not in group]
 
         old = states.lookup(sid, group, keys)
         delta = pa.table(cols).cast(pa.schema([*[old.schema.field(g) for g in group],
-                                                *[pa.field(c, _arrow(ptypes[c])) for c in additive]]))
+                                                *[pa.field(c, SqlType(ptypes[c]).arrow) for c in additive]]))
         both = pa.concat_tables([old.select([*group, *additive]), delta], promote_options="none")
         summed = _sum(both, group, additive)
         new = ns_join(keys, summed, group, "left outer")
@@ -268,7 +268,7 @@ class Aggregate(Operator):
         cols: dict[str, pa.ChunkedArray] = {g: p[g] for g in self.group}
         count = pc.fill_null(p["_count"], 0)
         for i, a in enumerate(self.aggs):
-            t = _arrow(a.type)
+            t = SqlType(a.type).arrow
             if a.fn == "count_star":
                 v = count
             elif a.fn in ("count", "count_distinct"):
@@ -330,10 +330,6 @@ class Aggregate(Operator):
                 v = F.col(f"p{i}")
             outs.append(v.cast(t).alias(a.out))
         return partials.select(*outs)
-
-
-def _arrow(t: str) -> pa.DataType:
-    return SqlType(t).arrow
 
 
 def _sum(t: pa.Table, group: list[str], cols: list[str]) -> pa.Table:
