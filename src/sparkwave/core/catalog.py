@@ -227,11 +227,12 @@ class Catalog:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, value))
 
-    def next_counter(self, name: str, n: int) -> int:
-        """Reserve `n` consecutive values of a durable counter; returns the first."""
+    def next_counter(self, name: str, n: int, start: int = 0) -> int:
+        """Reserve `n` consecutive values of a durable counter (which begins at `start`); returns the
+        first."""
         with self.transaction() as db:
             row = db.execute("SELECT value FROM settings WHERE key = ?", (f"counter.{name}",)).fetchone()
-            first = int(row[0]) if row else 0
+            first = int(row[0]) if row else start
             db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (f"counter.{name}", str(first + n)))
         return first
 
@@ -315,11 +316,6 @@ class Catalog:
                                [(rel, s, o) for s, o in splits.items()])
             db.execute("UPDATE epochs SET state = 'committed', committed_at = ?, rows_in = ?, latency_ms = ? "
                        "WHERE epoch = ?", (time.time(), rows_in, latency_ms, epoch))
-
-    def committed_planned_since(self, t: float) -> int | None:
-        """The newest committed epoch that was planned at or after time `t`."""
-        row = self._one("SELECT max(epoch) FROM epochs WHERE state = 'committed' AND planned_at >= ?", (t,))
-        return int(row[0]) if row and row[0] is not None else None
 
     def committed_epochs(self, since: int = 0) -> list[int]:
         return [r[0] for r in self._all(

@@ -3,11 +3,18 @@ staged as a batch of intents for the next epoch.
 
 A batch is a Parquet folder `| _op | _seq | columns |` under `staging/`, written before the
 catalog records it, so a crash leaves at most an unreferenced folder. `_op` is +U (upsert) or
-KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to a key wins."""
+KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to a key wins.
+
+A batch's `_seq` values (also the `_row_id` of rows it inserts into a table without a primary key)
+come from a range reserved on a durable counter (`reserve_ids`): ranges never overlap and a later
+batch's are larger. A batch on the driver reserves one id per row; one computed by Spark reserves
+2^33 per partition (Spark's `monotonically_increasing_id`). The warehouse has 2^62 ids: about 10^18
+driver-side rows, or 5 * 10^8 single-partition Spark batches."""
 
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,8 +30,19 @@ from sparkwave.core.errors import CatalogError, DataError, SqlError
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 
-DML_SEQ_BASE = 1 << 62
-BATCH_SHIFT = 42
+DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
+PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's index << 33, plus the row's in it
+OLD_BATCH_SHIFT = 42  # before `reserve_ids`, batch n's ids began at DML_SEQ_BASE + (n << 42)
+
+
+def reserve_ids(rt: Runtime, space: int) -> int:
+    """The first of `space` fresh `_seq` ids for one batch (see the module docstring)."""
+    batches = rt.catalog.next_counter("dml_batch", 0)  # a warehouse's older batches used ids below this
+    first = rt.catalog.next_counter("dml_ids", space, start=(batches + 1) << OLD_BATCH_SHIFT)
+    if first + space > DML_SEQ_BASE:
+        raise DataError(f"this warehouse has used its {DML_SEQ_BASE:,} DML row ids; copy its tables into a new "
+                        "warehouse")
+    return DML_SEQ_BASE + first
 
 
 def _q(name: str) -> SparkColumn:
@@ -60,7 +78,9 @@ def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFr
 def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     """Write a batch of intents and record it in the catalog; returns its row count."""
     batch = rt.catalog.next_counter("dml_batch", 1)
-    seq = F.lit(DML_SEQ_BASE + (batch << BATCH_SHIFT)) + F.monotonically_increasing_id()
+    partitions = max(1, df.rdd.getNumPartitions())
+    first = reserve_ids(rt, partitions * PARTITION_IDS)
+    seq = F.lit(first) + F.monotonically_increasing_id()
     if "_row_id" in rel.schema.key and "_row_id" not in df.columns:
         df = df.withColumn("_row_id", seq)
     out = df.select(F.lit(int(op)).cast("tinyint").alias("_op"), seq.alias("_seq"),
@@ -69,8 +89,23 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     path = rt.warehouse.staging_dir() / f"dml-{batch}"
     out.write.mode("overwrite").parquet(str(path))
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet"))
+    if _max_seq(path) >= first + partitions * PARTITION_IDS:
+        rt.warehouse.remove_file(str(path))
+        raise AssertionError(f"BUG: DML batch {batch} ran on more than the {partitions} partitions it reserved ids for")
     rt.catalog.stage_dml(rel.name, str(path), rows)
     return rows
+
+
+def _max_seq(path: Path) -> int:
+    """The largest `_seq` in a staged batch, from the Parquet statistics."""
+    top = -1
+    for f in path.glob("*.parquet"):
+        meta = pq.ParquetFile(f).metadata
+        i = meta.schema.names.index("_seq")
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(i).statistics
+            top = max(top, stats.max if stats is not None and stats.has_min_max else 1 << 63)
+    return top
 
 
 def target_table(rt: Runtime, stmt: Statement, table: exp.Expr | None) -> Relation:
@@ -195,7 +230,8 @@ def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
     _check_insert_columns(rel, data.column_names)
     n = data.num_rows
     batch = rt.catalog.next_counter("dml_batch", 1)
-    seq = pa.array(range(DML_SEQ_BASE + (batch << BATCH_SHIFT), DML_SEQ_BASE + (batch << BATCH_SHIFT) + n), pa.int64())
+    first = reserve_ids(rt, max(1, n))
+    seq = pa.array(range(first, first + n), pa.int64())
     cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(_insert_op(rel))] * n, pa.int8()), "_seq": seq}
     for c in rel.schema.columns:
         if c.name == "_row_id":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -216,16 +217,38 @@ class Session:
         self.creating.set_rate_limit(creating_job_of(self.catalog, stmt).id, limit)
 
     def _do_query(self, stmt: Statement) -> DataFrame:
+        """A query reads catalog relations only, all as of one committed epoch, each through a temp
+        view of its own name for this query alone (dropped once Spark has analysed the query), so
+        concurrent queries cannot see each other's epochs and no name reaches a file or a Spark table."""
         assert stmt.ast is not None
         epoch = self.committed_epoch
-        for t in {t.name.lower() for t in stmt.ast.find_all(exp.Table)}:
-            if self.catalog.relation(t) is None:
-                continue
-            self.rt.visible(self._readable(t), epoch).createOrReplaceTempView(t)
+        ast = stmt.ast.copy()
+        ctes = {c.alias_or_name.lower() for c in ast.find_all(exp.CTE)}
+        views: list[str] = []
         try:
-            return self.spark.sql(stmt.ast.sql(dialect="spark"))
+            for t in list(ast.find_all(exp.Table)):
+                if not isinstance(t.this, exp.Identifier):
+                    raise stmt.error(f"table functions are not supported in queries: {t.sql(dialect='postgres')}")
+                if t.args.get("db") or t.args.get("catalog"):
+                    raise stmt.error(f"schema-qualified table names are not supported: {t.sql(dialect='postgres')}",
+                                     t.name)
+                name = t.name.lower()
+                if name in ctes:
+                    continue
+                view = f"sparkwave_query_{uuid.uuid4().hex}"
+                self.rt.visible(self._readable(name), epoch).createOrReplaceTempView(view)
+                views.append(view)
+                if not t.alias:
+                    t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+                t.set("this", exp.to_identifier(view))
+            return self.spark.sql(ast.sql(dialect="spark"))
+        except SparkwaveError:
+            raise
         except Exception as e:
             raise SqlError(f"query failed: {str(e).strip().splitlines()[0][:300]} (at {stmt.where()})") from None
+        finally:
+            for view in views:
+                self.spark.catalog.dropTempView(view)
 
     def _do_insert(self, stmt: Statement) -> None:
         dml.insert_values(self.rt, stmt)

@@ -100,6 +100,12 @@ class BarrierLoop:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._flush_requests = 0
+        # Flush tickets: a flush takes the next ticket; an epoch is planned under the newest ticket
+        # taken before it read its input, so an epoch planned under ticket k holds every DML
+        # statement staged before flush k (a sequence, not a clock: see `flush`).
+        self._ticket = 0
+        self._planned_under: dict[int, int] = {}  # epoch -> ticket it was planned under
+        self._done_ticket = 0  # the newest ticket whose epoch has committed
         self._nudged = False
         self.busy_at = 0.0  # when an epoch last carried input
         self.started_at = time.time()  # a source's first epoch covers the time since
@@ -169,18 +175,20 @@ class BarrierLoop:
                     self._committed.notify_all()
 
     def flush(self) -> int:
-        """Return once an epoch planned after this call has committed; returns that epoch."""
+        """Return once an epoch that read its input after this call began has committed (so it holds
+        every DML statement staged before the call); returns the committed epoch then."""
         t0 = time.time()
         with self._wake:
+            self._ticket += 1
+            ticket = self._ticket
             self._flush_requests += 1
             self._wake.notify_all()
         with self._committed:
             while True:
                 if self.error is not None and self.failures >= MAX_ATTEMPTS and self.error_at >= t0:
                     raise PipelineError(f"the pipeline's barrier loop failed: {self.error}") from self.error
-                epoch = self.rt.catalog.committed_planned_since(t0)
-                if epoch is not None:
-                    return epoch
+                if self._done_ticket >= ticket:
+                    return self.rt.catalog.committed_epoch()
                 self._committed.wait(1.0)
                 if self._thread is None or not self._thread.is_alive():
                     raise PipelineError("the pipeline is closed")
@@ -205,6 +213,8 @@ class BarrierLoop:
                 return report
             prev = self.rt.catalog.committed_epoch()
             e = _Epoch(next_epoch(prev), prev, {})
+            with self._wake:
+                ticket = self._ticket  # taken before the plan reads the staged DML
             dml_ids = self._plan(e)
             jobs = self.jobs
             if jobs is not None:
@@ -213,6 +223,7 @@ class BarrierLoop:
                 if jobs is not None and not jobs.admit():
                     return None
                 self.rt.catalog.persist_plan(e.epoch, e.prev, e.plan, dml_ids)
+            self._planned_under[e.epoch] = ticket
             crash_point("after_plan")
             return self._execute_and_commit(e, t0)
 
@@ -268,6 +279,7 @@ class BarrierLoop:
             self.busy_at = time.time()
         self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency)
         with self._committed:
+            self._done_ticket = max(self._done_ticket, self._planned_under.pop(e.epoch, 0))
             self._committed.notify_all()
         if self.jobs is not None:
             self.jobs.notify()
