@@ -95,7 +95,7 @@ def test_a_query_reads_catalog_relations_only_each_at_one_epoch(session, tmp_pat
         assert "not yours" not in str(err.value)
     with pytest.raises(CatalogError, match="unknown table or materialized view 'nope'"):
         s.sql("SELECT * FROM nope")
-    old = s.sql("SELECT t.id FROM t")  # bound to its epoch: a later query does not move it
+    old = s.sql("SELECT t.id FROM t")  # a query's frame stays at its epoch after later commits
     s.sql("INSERT INTO t VALUES (2)")
     s.flush()
     assert s.sql("SELECT count(*) AS n FROM t x").collect()[0]["n"] == 2

@@ -35,10 +35,10 @@ PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's inde
 OLD_BATCH_SHIFT = 42  # before `reserve_ids`, batch n's ids began at DML_SEQ_BASE + (n << 42)
 
 
-def reserve_ids(rt: Runtime, space: int) -> int:
-    """The first of `space` fresh `_seq` ids for one batch (see the module docstring)."""
-    batches = rt.catalog.next_counter("dml_batch", 0)  # a warehouse's older batches used ids below this
-    first = rt.catalog.next_counter("dml_ids", space, start=(batches + 1) << OLD_BATCH_SHIFT)
+def reserve_ids(rt: Runtime, batch: int, space: int) -> int:
+    """The first of `space` fresh `_seq` ids for `batch` (see the module docstring). The counter of a
+    warehouse that staged batches before it existed starts past their ids (batches below `batch`)."""
+    first = rt.catalog.next_counter("dml_ids", space, start=batch << OLD_BATCH_SHIFT)
     if first + space > DML_SEQ_BASE:
         raise DataError(f"this warehouse has used its {DML_SEQ_BASE:,} DML row ids; copy its tables into a new "
                         "warehouse")
@@ -79,7 +79,7 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     """Write a batch of intents and record it in the catalog; returns its row count."""
     batch = rt.catalog.next_counter("dml_batch", 1)
     partitions = max(1, df.rdd.getNumPartitions())
-    first = reserve_ids(rt, partitions * PARTITION_IDS)
+    first = reserve_ids(rt, batch, partitions * PARTITION_IDS)
     seq = F.lit(first) + F.monotonically_increasing_id()
     if "_row_id" in rel.schema.key and "_row_id" not in df.columns:
         df = df.withColumn("_row_id", seq)
@@ -88,24 +88,25 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
                       else F.lit(None).cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
     path = rt.warehouse.staging_dir() / f"dml-{batch}"
     out.write.mode("overwrite").parquet(str(path))
-    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet"))
-    if _max_seq(path) >= first + partitions * PARTITION_IDS:
+    rows, top = _rows_and_max_seq(path)
+    if top >= first + partitions * PARTITION_IDS:
         rt.warehouse.remove_file(str(path))
         raise AssertionError(f"BUG: DML batch {batch} ran on more than the {partitions} partitions it reserved ids for")
     rt.catalog.stage_dml(rel.name, str(path), rows)
     return rows
 
 
-def _max_seq(path: Path) -> int:
-    """The largest `_seq` in a staged batch, from the Parquet statistics."""
-    top = -1
+def _rows_and_max_seq(path: Path) -> tuple[int, int]:
+    """A staged batch's row count and largest `_seq`, from the Parquet footers."""
+    rows, top = 0, -1
     for f in path.glob("*.parquet"):
         meta = pq.ParquetFile(f).metadata
+        rows += meta.num_rows
         i = meta.schema.names.index("_seq")
         for g in range(meta.num_row_groups):
             stats = meta.row_group(g).column(i).statistics
             top = max(top, stats.max if stats is not None and stats.has_min_max else 1 << 63)
-    return top
+    return rows, top
 
 
 def target_table(rt: Runtime, stmt: Statement, table: exp.Expr | None) -> Relation:
@@ -230,7 +231,7 @@ def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
     _check_insert_columns(rel, data.column_names)
     n = data.num_rows
     batch = rt.catalog.next_counter("dml_batch", 1)
-    first = reserve_ids(rt, max(1, n))
+    first = reserve_ids(rt, batch, max(1, n))
     seq = pa.array(range(first, first + n), pa.int64())
     cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(_insert_op(rel))] * n, pa.int8()), "_seq": seq}
     for c in rel.schema.columns:
