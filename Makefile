@@ -26,7 +26,8 @@ test: java $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 chaos: java $(VENV)/.installed
-	$(BIN)/python -m pytest -m "" tests/test_crash.py tests/test_backfill_crash.py tests/test_dataflow_crash.py
+	$(BIN)/python -m pytest -m "" tests/test_crash.py tests/test_backfill_crash.py tests/test_dataflow_crash.py \
+		tests/test_chaos.py
 
 bench: java $(VENV)/.installed
 	$(BIN)/python -m bench.run_all

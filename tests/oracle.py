@@ -1,5 +1,10 @@
 """The oracle: expected table contents under sparkwave's DML semantics, and MV contents evaluated
-from scratch by DuckDB on them, compared as exact multisets of rows."""
+from scratch by DuckDB on them, compared as exact multisets of rows.
+
+DuckDB is made to follow PostgreSQL's semantics where they differ: `/` between two integers
+truncates toward zero. Where sparkwave departs from PostgreSQL by design, so does the oracle: a
+division by zero is NULL (not an error), and a decimal `sum` that does not fit decimal(38, s) is
+NULL (PostgreSQL's numeric has no such bound)."""
 
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ class Model:
     and applied in order (the last write to a key wins), as sparkwave does."""
 
     def __init__(self) -> None:
-        self.db = duckdb.connect()
+        self.db = connect()
         self.tables: dict[str, TableModel] = {}
         self.views: list[tuple[str, str]] = []
 
@@ -67,7 +72,7 @@ class Model:
 
     def view(self, name: str, sql: str) -> None:
         self.views.append((name, sql))
-        self.db.execute(f"CREATE VIEW {name} AS {duckdb_sql(sql)}")
+        self.db.execute(f"CREATE VIEW {name} AS {duckdb_sql(sql, self.db)}")
 
     def apply_epoch(self, statements: list[tuple]) -> None:
         """statements: ('insert', table, rows) | ('update', table, {col: sql}, where_sql)
@@ -137,13 +142,50 @@ def _window(fn: exp.Anonymous, alias: str) -> exp.Expression:
     return sqlglot.parse_one(f"SELECT * FROM {sql}", read="duckdb").args["from_"].this
 
 
-def duckdb_sql(sql: str) -> str:
-    """An MV's SQL (RisingWave's dialect) for DuckDB, with its window table functions expanded."""
+def connect() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with PostgreSQL's integer division and sparkwave's NULL for a zero divisor."""
+    db = duckdb.connect()
+    db.execute("SET integer_division = true")
+    db.execute("SET error_on_division_by_zero = false")
+    return db
+
+
+def duckdb_sql(sql: str, db: duckdb.DuckDBPyConnection) -> str:
+    """An MV's SQL (RisingWave's dialect) for DuckDB over the relations of `db`, with its window table
+    functions expanded and its decimal sums and averages exact (`_decimal_sum`)."""
     tree = sqlglot.parse_one(sql, read="postgres")
     for t in list(tree.find_all(exp.Table)):
         if isinstance(t.this, exp.Anonymous) and t.this.name.lower() in ("tumble", "hop"):
             t.replace(_window(t.this, t.alias or t.this.expressions[0].name))
+    for call in list(tree.find_all(exp.Sum, exp.Avg)):
+        scope = call.find_ancestor(exp.Select)
+        if isinstance(call.this, exp.Distinct) or scope is None:
+            continue
+        probe = scope.copy()
+        probe.set("expressions", [call.this.copy()])
+        for clause in ("group", "having", "distinct"):
+            probe.set(clause, None)
+        (_, arg_type, *_), = db.execute(f"DESCRIBE {probe.sql(dialect='duckdb')}").fetchall()
+        m = re.fullmatch(r"DECIMAL\(\d+,(\d+)\)", arg_type)
+        if m:
+            text = _decimal_sum(call.this.sql(dialect="duckdb"), int(m.group(1)), isinstance(call, exp.Avg))
+            call.replace(sqlglot.parse_one(text, read="duckdb"))
     return tree.sql(dialect="duckdb")
+
+
+def _decimal_sum(arg: str, scale: int, avg: bool) -> str:
+    """DuckDB's decimal sum adds in a 128-bit integer and fails when it overflows: here the unscaled
+    values' quotients and remainders by 10^20 are added instead (exact), and the total is NULL
+    unless it fits decimal(38, scale). An average is sparkwave's double from the same sums."""
+    unscaled = f"CAST(replace(CAST(({arg}) AS VARCHAR), '.', '') AS HUGEINT)"
+    e20 = "CAST(100000000000000000000 AS HUGEINT)"
+    hi, lo = f"sum({unscaled} // {e20})", f"sum({unscaled} % {e20})"
+    if avg:
+        return f"(CAST({hi} AS DOUBLE) * 1e20 + CAST({lo} AS DOUBLE)) / 1e{scale} / count({arg})"
+    total = f"({hi} * {e20} + {lo})"
+    return (f"CASE WHEN abs({hi}) > 1100000000000000000 THEN NULL "  # |total| > 10^38: also past HUGEINT
+            f"WHEN abs({total}) >= CAST('1{'0' * 38}' AS HUGEINT) THEN NULL "
+            f"ELSE CAST({total} AS DECIMAL(38, 0)) * CAST('{Decimal(1).scaleb(-scale):f}' AS DECIMAL(38, {scale})) END")
 
 
 def sql_literal(v) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pyarrow as pa
 import pytest
 
-from sparkwave.core.errors import CatalogError, DataError, SparkwaveError
+import sparkwave
+from sparkwave.core.errors import CatalogError, DataError, NotRetainedError, SparkwaveError
 from sparkwave.frontend.dml import DML_SEQ_BASE
 
 
@@ -102,3 +106,290 @@ def test_a_query_reads_catalog_relations_only_each_at_one_epoch(session, tmp_pat
     assert [r["id"] for r in old.collect()] == [1]
     assert s.sql("WITH t AS (SELECT 5 AS id) SELECT id FROM t").collect()[0]["id"] == 5
     assert not [v for v in s.spark.catalog.listTables() if v.name.startswith("sparkwave_query_")]
+
+
+# --- item 8: a rate limit slows the job, not the pipeline ----------------------------------------
+def _job(s, name: str):
+    return next(j for j in s.jobs() if j.name == name)
+
+
+def _until(s, condition) -> None:
+    """Until `condition()` holds, woken by every job checkpoint, commit and control change."""
+    for _ in range(240):
+        generation = s.creating.generation
+        if condition():
+            return
+        s.creating.wait(generation, 0.5)
+    raise AssertionError("condition never held")
+
+
+def _paused_job_behind(s, epochs: int) -> None:
+    """An MV `m` over `t` created paused, `epochs` epochs of 100 inserts behind."""
+    s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+    s.flush()
+    s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
+    s.sql("CREATE MATERIALIZED VIEW m AS SELECT k, v + 1 AS v1 FROM t")
+    for i in range(epochs):
+        s.sql("INSERT INTO t VALUES " + ", ".join(f"({k}, {k})" for k in range(i * 100, i * 100 + 100)))
+        s.flush()
+
+
+def test_a_rate_limited_job_in_its_log_store_never_holds_the_pipeline_back(session):
+    """The lag rule admitted new epochs only as fast as a job limited to 10 rows/s consumed them."""
+    s = session
+    _paused_job_behind(s, 3)
+    s.sql("ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = 10")
+    _until(s, lambda: _job(s, "m").phase == "log store")
+    for i in range(3, 6):  # 100 rows per epoch against a job that reads 10 rows/s
+        s.sql("INSERT INTO t VALUES " + ", ".join(f"({k}, {k})" for k in range(i * 100, i * 100 + 100)))
+        s.flush()
+    info = _job(s, "m")
+    assert info.creating and info.held_back == 0 and info.lag_epochs >= 3
+    assert s.table("t").count() == 600
+    s.sql("ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = DEFAULT")
+    s.sql("WAIT")
+    assert sorted(tuple(r) for r in s.table("m").collect()) == [(k, k + 1) for k in range(600)]
+
+
+def test_an_unthrottled_job_holds_an_epoch_back_for_a_bounded_time(session, monkeypatch):
+    """A job whose checkpoint is stuck held the main graph back for as long as it stayed stuck."""
+    from sparkwave.meta.creating_job import CreatingJob
+    from sparkwave.meta.lag_rule import MAX_HOLD_SECONDS
+
+    s = session
+    _paused_job_behind(s, 2)
+    entered, release = threading.Event(), threading.Event()
+    log_slice = CreatingJob._log_slice
+
+    def stuck(self, *args):
+        entered.set()
+        assert release.wait(120)
+        return log_slice(self, *args)
+
+    monkeypatch.setattr(CreatingJob, "_log_slice", stuck)
+    now = [1000.0]
+    s.creating.clock = lambda: now[0]
+    s.sql("ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = DEFAULT")
+    assert entered.wait(120)  # in its log-store phase, 2 epochs behind, its first checkpoint stuck
+    with s.locks.gate:
+        assert not s.creating.admit()
+    now[0] += MAX_HOLD_SECONDS - 1
+    with s.locks.gate:
+        assert not s.creating.admit()
+    now[0] += 1
+    with s.locks.gate:
+        assert s.creating.admit()
+    release.set()
+    s.sql("WAIT")
+    assert sorted(tuple(r) for r in s.table("m").collect()) == [(k, k + 1) for k in range(200)]
+
+
+# --- item 9: cancel, connect and close ------------------------------------------------------------
+def test_a_cancel_that_loses_the_race_to_a_merge_keeps_the_merged_mv(session):
+    """CANCEL checked that the job was creating, then acted: a merge in between was deleted."""
+    s = session
+    _paused_job_behind(s, 1)
+    job_id = _job(s, "m").id
+    check = s.creating.creating_job
+    calls: list[int] = []
+
+    def check_then_merge(i):
+        job = check(i)
+        calls.append(i)
+        if len(calls) == 2:  # the cancel itself has checked: the job merges now
+            s.sql("ALTER MATERIALIZED VIEW m SET BACKFILL_RATE_LIMIT = DEFAULT")
+            s.wait()
+        return job
+
+    s.creating.creating_job = check_then_merge
+    with pytest.raises(CatalogError, match="finished before it could be cancelled"):
+        s.sql(f"CANCEL JOBS {job_id}")
+    s.sql("INSERT INTO t VALUES (100, 100)")
+    s.flush()
+    assert sorted(tuple(r) for r in s.table("m").collect()) == [(k, k + 1) for k in range(101)]
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("sparkwave-")}
+
+
+def test_a_failed_connect_stops_what_it_started_and_releases_the_warehouse(spark, tmp_path, monkeypatch):
+    """A connect() that failed after starting the barrier loop left it running, unowned."""
+    from sparkwave.meta.jobs import CreatingJobs
+
+    before = _threads()
+
+    def broken(self):
+        raise RuntimeError("cannot resume")
+
+    monkeypatch.setattr(CreatingJobs, "resume_all", broken)
+    with pytest.raises(RuntimeError, match="cannot resume"):
+        sparkwave.connect(tmp_path / "wh", spark=spark)
+    assert _threads() - before == set()
+    monkeypatch.undo()
+    with sparkwave.connect(tmp_path / "wh", spark=spark) as s:
+        s.sql("CREATE TABLE t (id int)")
+
+
+def test_close_releases_the_warehouse_even_when_stopping_the_jobs_fails(spark, tmp_path, monkeypatch):
+    from sparkwave.meta.jobs import CreatingJobs
+
+    before = _threads()
+    stop = CreatingJobs.stop
+
+    def broken(self):
+        stop(self)
+        raise RuntimeError("cannot stop")
+
+    monkeypatch.setattr(CreatingJobs, "stop", broken)
+    s = sparkwave.connect(tmp_path / "wh", spark=spark)
+    with pytest.raises(RuntimeError, match="cannot stop"):
+        s.close()
+    assert _threads() - before == set()
+    monkeypatch.undo()
+    with sparkwave.connect(tmp_path / "wh", spark=spark) as s:
+        s.sql("CREATE TABLE t (id int)")
+
+
+def test_close_stops_the_spark_it_started_and_only_that(spark, tmp_path):
+    """close() left the Spark session it had started running; one it did not start must run on."""
+    code = (f"import sparkwave\nfrom pyspark import SparkContext\n"
+            f"with sparkwave.connect({str(tmp_path / 'a')!r}) as s:\n"
+            f"    s.sql('CREATE TABLE t (id int)')\n"
+            f"print('running after close:', SparkContext._active_spark_context is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "SPARKWAVE_SPARK_MASTER": "local[1]"})
+    assert "running after close: False" in out.stdout, out.stderr[-2000:]
+    with sparkwave.connect(tmp_path / "b") as s:  # Spark is running here: the session uses it
+        assert s.spark.sparkContext is spark.sparkContext
+    assert spark.range(3).count() == 3
+
+
+# --- item 5: reads racing retention ---------------------------------------------------------------
+def test_a_read_racing_retention_is_whole_or_fails(session, spark):
+    """A read checked retention, then listed its files: retention in between (catalog rows first)
+    left it a partial listing, silently. A frame whose files retention removed before it was
+    evaluated returned the rest under `ignoreMissingFiles`."""
+    s = session
+    s.sql("SET retention_seconds = 0")
+    s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+    s.sql("INSERT INTO t VALUES (1, 1), (2, 2)")
+    s.flush()
+    s.compact()
+    s.sql("INSERT INTO t VALUES (3, 3)")
+    e2 = s.flush()
+    s.sql("INSERT INTO t VALUES (4, 4)")
+    s.flush()
+    base_at = s.catalog.base_at
+
+    def retention_lands(name, epoch):  # between the read's retention check and its listing
+        s.catalog.base_at = base_at
+        s.compact("t")
+        return base_at(name, epoch)
+
+    s.catalog.base_at = retention_lands
+    with pytest.raises(NotRetainedError, match="no longer retained"):
+        s.table("t", as_of=e2).collect()
+    assert s.catalog.base_at is base_at
+
+    frame = s.table("t")
+    s.sql("INSERT INTO t VALUES (5, 5)")
+    s.flush()
+    s.compact()  # a newer base: retention removes the files `frame` lists
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
+    try:
+        with pytest.raises(Exception, match="FILE_NOT_EXIST"):
+            frame.collect()
+    finally:
+        spark.conf.unset("spark.sql.files.ignoreMissingFiles")
+    assert sorted(tuple(r) for r in s.table("t").collect()) == [(k, k) for k in range(1, 6)]
+
+
+# --- item 7: bounded epochs, and a warehouse whose next epoch keeps failing ------------------------
+def test_a_huge_statement_spans_epochs_and_flush_waits_for_all_of_it(session, spark):
+    """An epoch took every staged batch whatever its size: one huge UPDATE or bulk load made an
+    epoch that could not fit the driver, replayed forever."""
+    s = session
+    s.sql("SET dml_rows_per_epoch = 100")
+    s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+    s.sql("CREATE MATERIALIZED VIEW c AS SELECT count(*) AS n, sum(v) AS sv FROM t")
+    s.flush()
+    reports = []
+    s.loop.on_epoch = reports.append
+    s.insert("t", pa.table({"k": pa.array(range(250), pa.int32()), "v": pa.array(range(250), pa.int32())}))
+    s.insert("t", spark.range(0, 350, numPartitions=2).selectExpr("CAST(id AS int) AS k", "CAST(id * 2 AS int) AS v"))
+    s.flush()
+    assert s.table("c").collect()[0].asDict() == {"n": 350, "sv": sum(2 * k for k in range(350))}
+    s.sql("UPDATE t SET v = v + 1 WHERE k < 150")
+    s.flush()
+    assert s.table("c").collect()[0].asDict() == {"n": 350, "sv": sum(2 * k for k in range(350)) + 150}
+    assert max(r.rows_in for r in reports) <= 100
+    assert sum(r.rows_in for r in reports) == 250 + 350 + 150 and len(reports) >= 8
+
+
+def test_a_warehouse_whose_next_epoch_keeps_failing_opens_says_why_and_recovers_on_drop(spark, tmp_path,
+                                                                                       monkeypatch):
+    """connect() replayed the failing epoch and failed with it: the user could not even DROP."""
+    from sparkwave.core.errors import PipelineError
+    from sparkwave.stream.dataflow import Dataflow
+
+    wh = tmp_path / "wh"
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+        s.sql("CREATE MATERIALIZED VIEW good AS SELECT k, v FROM t WHERE v > 0")
+        s.sql("CREATE MATERIALIZED VIEW bad AS SELECT k, v * 2 AS v2 FROM t")
+        s.sql("INSERT INTO t VALUES (1, 1)")
+        s.flush()
+        step = Dataflow.step
+
+        def poisoned(self, *args, **kwargs):
+            if self.rel.name == "bad":
+                raise RuntimeError("out of driver memory")
+            return step(self, *args, **kwargs)
+
+        monkeypatch.setattr(Dataflow, "step", poisoned)
+        s.sql("INSERT INTO t VALUES (2, 2)")
+        with pytest.raises(PipelineError, match="out of driver memory") as failed:
+            s.flush()
+        assert "materialized view 'bad'" in str(failed.value)
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        assert "materialized view 'bad'" in (s.pipeline_error or "")
+        s.sql("DROP MATERIALIZED VIEW bad")
+        s.flush()
+        assert s.pipeline_error is None
+        assert sorted(tuple(r) for r in s.table("good").collect()) == [(1, 1), (2, 2)]
+
+
+# --- item 13: a long run stays flat -------------------------------------------------------------------
+def test_a_long_run_keeps_the_catalog_history_and_the_delta_logs_bounded(spark, tmp_path, monkeypatch):
+    """`epochs` and `requests` grew by a row per epoch and per request forever, and every Delta
+    commit stayed a JSON file that opening the table replays."""
+    from sparkwave.core import catalog as catalog_module
+    from sparkwave.storage import table as table_module
+
+    monkeypatch.setattr(catalog_module, "KEPT_EPOCHS", 4)
+    monkeypatch.setattr(catalog_module, "KEPT_REQUESTS", 3)
+    monkeypatch.setattr(table_module, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(table_module, "LOG_RETENTION", {"delta.logRetentionDuration": "interval 0 seconds"})
+    with sparkwave.connect(tmp_path / "wh", spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.sql("SET retention_seconds = 0")
+        s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+        s.sql("CREATE MATERIALIZED VIEW m AS SELECT v, count(*) AS n FROM t GROUP BY v")
+        for i in range(12):
+            s.sql(f"INSERT INTO t VALUES ({i}, {i % 3})")
+            s.flush()
+        for i in range(6):
+            s.catalog.finish_request(s.catalog.add_request(1, "rate_limit", i), "applied")
+        s.compact()
+        assert s.catalog._one("SELECT count(*) FROM epochs")[0] <= 5
+        assert s.catalog._one("SELECT count(*) FROM requests")[0] == 3
+        delta_log = s.warehouse.relation_dir("t") / "log" / "_delta_log"
+        assert (delta_log / "_last_checkpoint").exists()
+        assert len(list(delta_log.glob("*.json"))) < 5
+        s.sql("INSERT INTO t VALUES (100, 1)")
+        s.flush()
+    with sparkwave.connect(tmp_path / "wh", spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.sql("INSERT INTO t VALUES (101, 2)")
+        s.flush()
+        assert sorted(tuple(r) for r in s.table("m").collect()) == [(0, 4), (1, 5), (2, 5)]
+        assert s.table("t").count() == 14

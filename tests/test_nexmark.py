@@ -4,22 +4,20 @@ both equal DuckDB's evaluation of the query over the tables as of every checked 
 
 from __future__ import annotations
 
-import duckdb
-
 import sparkwave
 from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
-from tests.oracle import duckdb_sql, multiset, rows_of
+from tests.oracle import connect, duckdb_sql, multiset, rows_of
 
 # 10 ms of event time per event: a few 10-second windows per run, many auctions with bids
 TABLES = tables_sql(bids_per_second=460, event_gap_ns=10_000_000)
 
 
 def expected(session: sparkwave.Session, epoch: int) -> dict[str, list[tuple]]:
-    db = duckdb.connect()
+    db = connect()
     for t in ("person", "auction", "bid"):
         db.register(f"{t}_arrow", session.table(t, as_of=epoch).toArrow())
         db.execute(f"CREATE TABLE {t} AS SELECT * FROM {t}_arrow")
-    return {q: db.execute(duckdb_sql(sql)).fetchall() for q, sql in QUERIES.items()}
+    return {q: db.execute(duckdb_sql(sql, db)).fetchall() for q, sql in QUERIES.items()}
 
 
 def check(session: sparkwave.Session, epoch: int, names: dict[str, str]) -> None:

@@ -76,6 +76,10 @@ CREATE TABLE IF NOT EXISTS job_steps (
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job INTEGER NOT NULL, kind TEXT NOT NULL, value INTEGER,
     requested_at REAL NOT NULL, applied_at REAL, outcome TEXT);
+CREATE INDEX IF NOT EXISTS epochs_state ON epochs (state, epoch);
+CREATE INDEX IF NOT EXISTS requests_pending ON requests (applied_at, id);
+CREATE INDEX IF NOT EXISTS dml_epoch ON dml (epoch);
+CREATE INDEX IF NOT EXISTS pins_relation ON pins (relation, epoch);
 """
 
 
@@ -132,6 +136,8 @@ class JobRow:
 
 ALL_UPSTREAMS = "*"  # older versions stored one count per vnode summed over the upstreams
 KEPT_JOB_STEPS = 5000  # a job's most recent checkpoints kept for progress and inspection
+KEPT_EPOCHS = 1000  # committed epochs kept in `epochs` beyond what retention and pins need
+KEPT_REQUESTS = 1000  # applied requests kept for `request_outcome`
 
 _JOB_COLS = ("id, relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, allowed_lag, next_vnode, "
              "vnode_rows, rows_total, rows_done, rate_limit, started_at, finished_at, merged_epoch, held_back, error")
@@ -322,8 +328,27 @@ class Catalog:
             "SELECT epoch FROM epochs WHERE state = 'committed' AND epoch >= ? ORDER BY epoch", (since,))]
 
     def last_planned_at(self) -> float:
-        row = self._one("SELECT max(planned_at) FROM epochs")
+        row = self._one("SELECT planned_at FROM epochs ORDER BY epoch DESC LIMIT 1")
         return float(row[0]) if row and row[0] is not None else 0.0
+
+    def prune_history(self) -> int:
+        """Forget committed epochs no reader can ask for (below every relation's oldest retained
+        epoch and every pin, beyond the newest `KEPT_EPOCHS`) and old applied requests, so the
+        catalog stays the same size on a long run. Returns the epochs forgotten."""
+        with self.transaction() as db:
+            floor = db.execute(
+                "SELECT min(e) FROM (SELECT coalesce(CAST(s.value AS INTEGER), r.created_epoch) AS e FROM relations r "
+                "LEFT JOIN settings s ON s.key = 'retained_from.' || r.name UNION ALL SELECT epoch FROM pins "
+                "UNION ALL SELECT consumed_epoch FROM jobs WHERE phase != 'created' AND consumed_epoch IS NOT NULL)"
+            ).fetchone()[0]
+            newest = db.execute("SELECT epoch FROM epochs WHERE state = 'committed' ORDER BY epoch DESC "
+                                "LIMIT 1 OFFSET ?", (KEPT_EPOCHS,)).fetchone()
+            cut = None if newest is None else newest[0] if floor is None else min(floor, newest[0])
+            gone = db.execute("DELETE FROM epochs WHERE state = 'committed' AND epoch < ?",
+                              (cut,)).rowcount if cut is not None else 0
+            db.execute("DELETE FROM requests WHERE applied_at IS NOT NULL AND id <= "
+                       "(SELECT max(id) FROM requests) - ?", (KEPT_REQUESTS,))
+        return gone
 
     def log_files(self, relation: str, after: int, upto: int) -> list[tuple[int, str]]:
         """The log files of epochs in `(after, upto]`, oldest first."""
@@ -375,11 +400,11 @@ class Catalog:
     def source_offsets(self, relation: str) -> dict[str, int]:
         return dict(self._all('SELECT split, "offset" FROM source_offsets WHERE relation = ?', (relation,)))
 
-    def stage_dml(self, relation: str, path: str, rows: int) -> int:
+    def stage_dml(self, relation: str, batches: list[tuple[str, int]]) -> None:
+        """Record a statement's batches `(folder, rows)` together: a crash stages all or none."""
         with self.transaction() as db:
-            cur = db.execute("INSERT INTO dml (relation, path, rows) VALUES (?, ?, ?)",
-                             (relation, self._stored(path), rows))
-            return int(cur.lastrowid or 0)
+            db.executemany("INSERT INTO dml (relation, path, rows) VALUES (?, ?, ?)",
+                           [(relation, self._stored(p), n) for p, n in batches])
 
     def pending_dml(self) -> list[tuple[int, str, str, int]]:
         return [(i, r, self._file(p), n) for i, r, p, n in self._all(

@@ -6,8 +6,10 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from sparkwave.core.errors import SparkwaveError
@@ -65,6 +67,38 @@ def create_spark(master: str | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     quiet_query_context_logs()
     return spark
+
+
+_started: SparkSession | None = None  # the Spark that sessions started (none was running)
+_users = 0
+_started_lock = threading.Lock()
+
+
+def acquire_spark() -> SparkSession:
+    """The Spark a session runs on when it was given none: the running one if there is one (the
+    caller's, never stopped by sparkwave), else one started here and stopped by `release_spark`
+    when the last session using it closes."""
+    global _started, _users
+    with _started_lock:
+        if _started is None:
+            if SparkContext._active_spark_context is not None:
+                spark = SparkSession.builder.getOrCreate()
+                configure(spark)
+                return spark
+            _started, _users = create_spark(), 0
+        _users += 1
+        return _started
+
+
+def release_spark(spark: SparkSession) -> None:
+    global _started, _users
+    with _started_lock:
+        if spark is not _started:
+            return
+        _users -= 1
+        if _users == 0:
+            _started = None
+            spark.stop()
 
 
 def configure(spark: SparkSession) -> None:

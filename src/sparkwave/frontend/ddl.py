@@ -179,8 +179,13 @@ class Ddl:
             raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
         job = self.catalog.job_of(name)
         if job is not None and job.creating:
-            self.creating.cancel(job.id)  # its partial table, progress and pins go with it
-            return
+            try:
+                self.creating.cancel(job.id)  # its partial table, progress and pins go with it
+                return
+            except CatalogError:
+                if (now := self.catalog.job_of(name)) is None or now.creating:
+                    raise
+                # it merged before the cancel took effect: dropped below as any MV
         with self.locks.ddl, self.locks.epoch:
             dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
             if dependents:

@@ -13,6 +13,7 @@ driver-side rows, or 5 * 10^8 single-partition Spark batches."""
 
 from __future__ import annotations
 
+import os
 from decimal import Decimal
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from sparkwave.core.chunk import Op
 from sparkwave.core.errors import CatalogError, DataError, SqlError
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
+from sparkwave.meta.settings import Settings
 
 DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
 PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's index << 33, plus the row's in it
@@ -87,13 +89,38 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
                     *[_q(c.name).cast(c.type.spark).alias(c.name) if c.name in df.columns
                       else F.lit(None).cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
     path = rt.warehouse.staging_dir() / f"dml-{batch}"
-    out.write.mode("overwrite").parquet(str(path))
+    limit = Settings(rt.catalog).dml_rows_per_epoch
+    out.write.mode("overwrite").option("maxRecordsPerFile", limit).parquet(str(path))
     rows, top = _rows_and_max_seq(path)
     if top >= first + partitions * PARTITION_IDS:
         rt.warehouse.remove_file(str(path))
         raise AssertionError(f"BUG: DML batch {batch} ran on more than the {partitions} partitions it reserved ids for")
-    rt.catalog.stage_dml(rel.name, str(path), rows)
+    rt.catalog.stage_dml(rel.name, _split(rt, path, limit))
     return rows
+
+
+def _split(rt: Runtime, path: Path, limit: int) -> list[tuple[str, int]]:
+    """A statement's folder of files (each at most `limit` rows) as batches of at most `limit` rows
+    each, in `_seq` order: an epoch takes whole batches up to `dml_rows_per_epoch` rows, so a huge
+    statement spans epochs rather than making one epoch too big to run."""
+    files = sorted(path.glob("*.parquet"))
+    groups: list[list[tuple[Path, int]]] = [[]]
+    for f in files:
+        n = pq.ParquetFile(f).metadata.num_rows
+        if groups[-1] and sum(m for _, m in groups[-1]) + n > limit:
+            groups.append([])
+        groups[-1].append((f, n))
+    if len(groups) == 1:
+        return [(str(path), sum(n for _, n in groups[0]))]
+    out = []
+    for i, group in enumerate(groups):
+        part = path.with_name(f"{path.name}-{i:06d}")
+        part.mkdir()
+        for f, _ in group:
+            os.replace(f, part / f.name)
+        out.append((str(part), sum(n for _, n in group)))
+    rt.warehouse.remove_tree(path)
+    return out
 
 
 def _rows_and_max_seq(path: Path) -> tuple[int, int]:
@@ -177,8 +204,10 @@ def _literal(node: exp.Expr) -> object:
         return Decimal(text) if any(ch in text for ch in ".eE") else int(text)
     if isinstance(node, exp.Neg):
         value = _literal(node.this)
-        if isinstance(value, int | Decimal):
+        if isinstance(value, int):
             return -value
+        if isinstance(value, Decimal):
+            return value.copy_negate()  # exact: `-value` rounds to the context's 28 digits
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
         return node.this.this  # DATE '...', TIMESTAMP '...': pyarrow casts the text to the column's type
     raise _NotLiteral
@@ -247,10 +276,15 @@ def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
             cols[c.name] = pa.nulls(n, c.type.arrow)
         if c.name in rel.schema.key and cols[c.name].null_count:
             raise DataError(f"insert into {rel.name}: primary key column {c.name!r} cannot be NULL")
-    path = rt.warehouse.staging_dir() / f"dml-{batch}"
-    path.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(cols), path / "part-0.parquet")
-    rt.catalog.stage_dml(rel.name, str(path), n)
+    limit = Settings(rt.catalog).dml_rows_per_epoch
+    table = pa.table(cols)
+    batches = []
+    for i, lo in enumerate(range(0, max(1, n), limit)):
+        path = rt.warehouse.staging_dir() / (f"dml-{batch}" if n <= limit else f"dml-{batch}-{i:06d}")
+        path.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.slice(lo, limit), path / "part-0.parquet")
+        batches.append((str(path), min(limit, n - lo)))
+    rt.catalog.stage_dml(rel.name, batches)
     return n
 
 

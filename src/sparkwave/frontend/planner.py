@@ -4,8 +4,14 @@ planner of every MV, from a projection of one table to joins, aggregates and tim
 Accepted: `SELECT [DISTINCT] ... FROM item [, item | [INNER|LEFT|RIGHT|FULL] JOIN item ON ...]*
 [WHERE ...] [GROUP BY ...] [HAVING ...]`, where an item is a table or MV, `TUMBLE(t, time, size)`,
 `HOP(t, time, slide, size)` or a subquery of the same form. Joins need at least one equality
-between the two sides; other conditions of an inner join are evaluated after it. Predicates on one
-scanned relation are pushed into its scan when every join is inner.
+between the two sides. Other conditions in `ON` follow PostgreSQL: one on a side alone filters that
+side before the join, or, on the preserved side of an outer join, only stops its rows matching (they
+stay, NULL-padded); one on both sides (inner joins only) is evaluated after the join, below any later
+join that could NULL-pad its columns. Predicates on one scanned relation are pushed into its scan
+where no outer join can NULL-pad it.
+
+Expressions keep PostgreSQL's semantics where Spark's differ: `/` between two integers truncates
+toward zero, and a decimal `sum` or `avg` accumulates exactly (see `_decimal_parts`).
 
 The MV's key derives from its upstreams': the key of the tree's root (a scan's upstream key, a
 join's two keys, an aggregate's group). A key column the query selects as it is becomes the MV's
@@ -20,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
+from pyspark.sql.types import ByteType, IntegerType, IntegralType, LongType, ShortType
 from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
@@ -36,6 +43,7 @@ from sparkwave.stream.scan import Scan, Window
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 _JOIN_TYPES: dict[str, JoinType] = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+_INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
 _UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
                  "day": 86400, "days": 86400}
 
@@ -117,6 +125,7 @@ class Planner:
         node: Operator = items[0].node
         where = _conjuncts(q.args["where"].this) if q.args.get("where") else []
         all_inner = True
+        after: list[exp.Expr] = []  # inner joins' conditions on both sides, not yet applied
         for j in q.args.get("joins") or []:
             right = self.from_item(j.this)
             side = (j.args.get("side") or "").upper()
@@ -134,41 +143,51 @@ class Planner:
             if from_where:  # implicit join: its equalities come from WHERE
                 conds = [c for c in where if self._links(c, items, right)]
                 where = [c for c in where if c not in conds]
-            lk, rk, residual = [], [], []
+            lk, rk, on_left, on_right, both = [], [], [], [], []
             for c in conds:
                 pair = self._key_pair(c, items, right)
+                owners = self._owners(c, [*items, right])
                 if pair:
                     lk.append(pair[0])
                     rk.append(pair[1])
+                elif owners and len(items) not in owners:
+                    on_left.append(c)
+                elif owners == {len(items)}:
+                    on_right.append(c)
                 else:
-                    residual.append(c)
+                    both.append(c)
             if not lk:
                 raise self.err("unsupported non-equi join: a join in a materialized view needs at least one "
                                "equality between columns of its two sides", "JOIN" if not from_where else "FROM")
-            if jtype != "inner" and residual:
-                raise self.err(f"unsupported condition {residual[0].sql(dialect='postgres')} in the ON clause of "
-                               "an outer join: only equalities between the two sides", "ON")
+            if jtype != "inner" and both:
+                self.resolve(both[0], [*items, right], "ON")  # an unknown column is named as such
+                raise self.err(f"unsupported condition {both[0].sql(dialect='postgres')} in the ON clause of an "
+                               "outer join: besides equalities between the two sides, a condition there may "
+                               "use the columns of one side only", "ON")
             for a, b in zip(lk, rk, strict=True):
-                ta, tb = _scope_type(items, a), right.node.type_of(b)
+                ta, tb = node.type_of(a), right.node.type_of(b)
                 if ta != tb:
                     raise self.err(f"join key types differ: {ta} and {tb}; cast one side in a subquery", "JOIN")
+            if jtype in ("right", "full") and after:  # this join NULL-pads their columns: apply them first
+                node, after = self.filter(node, after, items), []
+            node, lk = self.on_side(node, on_left, items, lk, preserved=jtype in ("left", "full"))
+            right_node, rk = self.on_side(right.node, on_right, [right], rk, preserved=jtype in ("right", "full"))
             if jtype != "inner":
                 all_inner = False
             for it in items:
                 it.nullable = it.nullable or jtype in ("right", "full")
             right.nullable = right.nullable or jtype in ("left", "full")
-            node = Join(next(self._ids), node.columns + right.node.columns, node.key + right.node.key, left=node,
-                        right=right.node, join_type=jtype, left_keys=lk, right_keys=rk)
+            node = Join(next(self._ids), node.columns + right_node.columns, node.key + right_node.key, left=node,
+                        right=right_node, join_type=jtype, left_keys=lk, right_keys=rk)
             items.append(right)
-            where = residual + where
+            after += both
+        where = after + where
         # Push single-scan predicates into their scans (only where no outer join can null them).
         rest = []
         for c in where:
             owner = self._single_item(c, items)
             if all_inner and owner is not None and isinstance(owner.node, Scan):
-                pred = self.resolve(c, items, "WHERE")
-                s = owner.node
-                s.predicate = pred if s.predicate is None else f"({s.predicate}) AND ({pred})"
+                _restrict(owner.node, self.resolve(c, items, "WHERE"))
             else:
                 rest.append(c)
         predicate = " AND ".join(f"({self.resolve(c, items, 'WHERE')})" for c in rest) or None
@@ -303,7 +322,30 @@ class Planner:
                 raise self.err(f"* is not allowed in {where}")
             return exp.column(self.internal(n, items, where), quoted=True)
 
-        return e.copy().transform(swap).sql(dialect="spark")
+        return self.spark_sql(e.copy().transform(swap), [c for it in items for c in it.node.columns])
+
+    def spark_sql(self, e: exp.Expr, columns: list[tuple[str, str]]) -> str:
+        """`e`, over the internal `columns` (name, type), in Spark SQL with PostgreSQL's integer
+        division: `/` between two integers truncates toward zero (Spark's `DIV`, NULL for a zero
+        divisor), typed as the wider operand (NULL if the quotient does not fit, as -2^31 / -1)."""
+        divs = list(e.find_all(exp.Div, bfs=False))
+        frame = self.spark.createDataFrame([], _ddl(columns)) if divs else None
+        for d in reversed(divs):  # innermost first: an outer division sees its operands' new types
+            assert frame is not None
+            try:
+                lt, rt = (f.dataType for f in frame.selectExpr(d.left.sql(dialect="spark"),
+                                                               d.right.sql(dialect="spark")).schema.fields)
+            except AnalysisException:
+                continue  # the whole expression's analysis reports it, naming the query
+            if isinstance(lt, IntegralType) and isinstance(rt, IntegralType):
+                wide = max(lt, rt, key=lambda t: _INTEGRAL.index(type(t)))
+                quotient = exp.TryCast(this=exp.IntDiv(this=d.left, expression=d.right),
+                                       to=exp.DataType.build(wide.simpleString(), dialect="spark"), safe=True)
+                if d is e:
+                    e = quotient
+                else:
+                    d.replace(quotient)
+        return e.sql(dialect="spark")
 
     def internal(self, col: exp.Column, items: list[_Item], where: str) -> str:
         name = col.name.lower()
@@ -352,9 +394,45 @@ class Planner:
                 return self.internal(a, left, "ON"), self.internal(b, [right], "ON")
         return None
 
+    # --- join conditions -----------------------------------------------------------------------
+    def on_side(self, node: Operator, conds: list[exp.Expr], items: list[_Item], keys: list[str], *,
+                preserved: bool) -> tuple[Operator, list[str]]:
+        """A join side (and its join keys) under the ON clause's conditions on that side alone, as
+        PostgreSQL: a row failing them matches nothing. On a side the join drops unmatched rows of,
+        such rows are filtered out before it; on a preserved side they must stay, NULL-padded, so
+        the first join key becomes NULL on them instead (a NULL key never matches)."""
+        if not conds:
+            return node, keys
+        if not preserved:
+            return self.filter(node, conds, items), keys
+        pred = " AND ".join(f"({self.resolve(c, items, 'ON')})" for c in conds)
+        gated = self.name("on_key")
+        exprs = [*[(n, f"`{n}`") for n in node.names], (gated, f"CASE WHEN {pred} THEN `{keys[0]}` END")]
+        return self.project(node, exprs, None, node.key), [gated, *keys[1:]]
+
+    def filter(self, node: Operator, conds: list[exp.Expr], items: list[_Item]) -> Operator:
+        """`node`, whose columns include those of `items`, without its rows failing `conds`. A
+        condition on one scanned relation that no outer join NULL-pads goes into its scan; the rest
+        into a projection above `node`."""
+        rest = []
+        for c in conds:
+            owner = self._single_item(c, items)
+            if owner is not None and not owner.nullable and isinstance(owner.node, Scan):
+                _restrict(owner.node, self.resolve(c, items, "ON"))
+            else:
+                rest.append(c)
+        if not rest:
+            return node
+        pred = " AND ".join(f"({self.resolve(c, items, 'ON')})" for c in rest)
+        return self.project(node, [(n, f"`{n}`") for n in node.names], pred, node.key)
+
     # --- aggregation ---------------------------------------------------------------------------
     def aggregate(self, q: exp.Select, node: Operator, items: list[_Item], predicate: str | None
                   ) -> tuple[Project, list[tuple[str, str]]]:
+        distinct = q.args.get("distinct")
+        if distinct is not None and distinct.args.get("on"):
+            raise self.err("unsupported DISTINCT ON in a materialized view: it needs a group top-n, which is not "
+                           "supported", "DISTINCT ON")
         group_exprs: list[exp.Expr] = []
         if q.args.get("group"):
             for g in q.args["group"].expressions:
@@ -365,11 +443,12 @@ class Planner:
                     sel = q.expressions[idx]
                     g = sel.unalias() if isinstance(sel, exp.Alias) else sel
                 group_exprs.append(g)
-        elif q.args.get("distinct"):
-            for proj in q.expressions:
+        elif distinct is not None and q.args.get("having") is None and not any(map(_agg_calls, q.expressions)):
+            for proj in q.expressions:  # no aggregates: the DISTINCT is the grouping
                 if isinstance(proj, exp.Star) or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star)):
                     raise self.err("SELECT DISTINCT * is not supported; name the columns", "DISTINCT")
                 group_exprs.append(proj.unalias() if isinstance(proj, exp.Alias) else proj)
+            distinct = None
         pre: list[tuple[str, str]] = []
         group_of: dict[str, str] = {}  # resolved SQL -> group column
         group_cols: list[str] = []
@@ -390,7 +469,21 @@ class Planner:
         by_call: dict[str, str] = {}
         arg_of: dict[str, str] = {}
 
-        def agg_for(call: exp.AggFunc) -> str:
+        def column_of(sql: str) -> str:
+            """The input column of the aggregate computing `sql`."""
+            if sql not in arg_of:
+                arg_of[sql] = self.name("arg")
+                pre.append((arg_of[sql], sql))
+            return arg_of[sql]
+
+        def agg(fn: str, arg_col: str | None) -> str:
+            ident = f"{fn}({arg_col})"
+            if ident not in by_call:
+                by_call[ident] = self.name(fn)
+                aggs.append(Agg(fn, arg_col, by_call[ident], ""))
+            return by_call[ident]
+
+        def agg_for(call: exp.AggFunc) -> exp.Expr:
             fn = _AGGS.get(type(call))
             if fn is None:
                 raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')} in a materialized view; "
@@ -399,30 +492,26 @@ class Planner:
                 raise self.err("unsupported window function (OVER ...)", "OVER")
             arg = call.this
             if fn == "count" and isinstance(arg, exp.Star):
-                fn, arg = "count_star", None
-            elif isinstance(arg, exp.Distinct):
+                return exp.column(agg("count_star", None), quoted=True)
+            if isinstance(arg, exp.Distinct):
                 if fn != "count" or len(arg.expressions) != 1:
                     raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')}; DISTINCT is supported in "
                                    "count(DISTINCT x)", "DISTINCT")
                 fn, arg = "count_distinct", arg.expressions[0]
-            arg_col = None
-            if arg is not None:
-                if arg.find(exp.AggFunc):
-                    raise self.err(f"nested aggregate in {call.sql(dialect='postgres')}", call.sql_name())
-                sql = self.resolve(arg, items, "an aggregate's argument")
-                if sql not in arg_of:
-                    arg_of[sql] = self.name("arg")
-                    pre.append((arg_of[sql], sql))
-                arg_col = arg_of[sql]
-            ident = f"{fn}({arg_col})"
-            if ident not in by_call:
-                by_call[ident] = self.name(fn)
-                aggs.append(Agg(fn, arg_col, by_call[ident], ""))
-            return by_call[ident]
+            if arg.find(exp.AggFunc):
+                raise self.err(f"nested aggregate in {call.sql(dialect='postgres')}", call.sql_name())
+            sql = self.resolve(arg, items, "an aggregate's argument")
+            scale = _decimal_scale(self.types(node, [("x", sql)], None)["x"]) if fn in ("sum", "avg") else None
+            if scale is None:
+                return exp.column(agg(fn, column_of(sql)), quoted=True)
+            hi, lo = (column_of(part) for part in _decimal_parts(sql, scale))
+            h, low = agg("sum", hi), agg("sum", lo)
+            total = _decimal_sum(h, low, scale) if fn == "sum" else _decimal_avg(h, low, agg("count", hi), scale)
+            return exp.paren(exp.var(total))
 
         def rewrite(e: exp.Expr, where: str) -> exp.Expr:
             if isinstance(e, exp.AggFunc):
-                return exp.column(agg_for(e), quoted=True)
+                return agg_for(e)
             if not isinstance(e, (exp.Literal, exp.Star)) and not isinstance(e, exp.Interval):
                 try:
                     sql = self.resolve(e, items, where)
@@ -441,7 +530,7 @@ class Planner:
                     e.set(k, [rewrite(x, where) if isinstance(x, exp.Expression) else x for x in v])
             return e
 
-        post: list[tuple[str, str, str]] = []
+        post: list[tuple[str, str, exp.Expr]] = []
         for i, proj in enumerate(q.expressions):
             inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
             if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)):
@@ -449,18 +538,29 @@ class Planner:
             name = _output_name(proj, inner, i)
             if name in RESERVED_COLUMNS:
                 raise self.err(f"output column name {name!r} is reserved", name)
-            post.append((name, self.name(name), rewrite(inner, f"SELECT item {i + 1}").sql(dialect="spark")))
+            post.append((name, self.name(name), rewrite(inner, f"SELECT item {i + 1}")))
         having = q.args.get("having")
-        having_sql = rewrite(having.this, "HAVING").sql(dialect="spark") if having is not None else None
+        having_tree = rewrite(having.this, "HAVING") if having is not None else None
         pre_node = self.project(node, pre, predicate, [])
         for a in aggs:
             a.type = _agg_type(self, a, pre_node)
         gtypes = dict(pre_node.columns)
-        agg = Aggregate(next(self._ids), [(g, gtypes[g]) for g in group_cols] + [(a.out, a.type) for a in aggs],
-                        list(group_cols), input=pre_node, group=list(group_cols), aggs=aggs, scalar=scalar)
-        exprs = [(i, sql) for _, i, sql in post] + [(g, f"`{g}`") for g in group_cols]
-        out = self.project(agg, exprs, having_sql, list(group_cols))
-        return out, [(n, i) for n, i, _ in post]
+        agg_node = Aggregate(next(self._ids), [(g, gtypes[g]) for g in group_cols] + [(a.out, a.type) for a in aggs],
+                             list(group_cols), input=pre_node, group=list(group_cols), aggs=aggs, scalar=scalar)
+        exprs = [(i, self.spark_sql(t, agg_node.columns)) for _, i, t in post] + [(g, f"`{g}`") for g in group_cols]
+        having_sql = self.spark_sql(having_tree, agg_node.columns) if having_tree is not None else None
+        out = self.project(agg_node, exprs, having_sql, list(group_cols))
+        outputs = [(n, i) for n, i, _ in post]
+        if distinct is not None and not scalar:  # DISTINCT over groups (a scalar aggregate has one row)
+            out = self.distinct(out, [i for _, i in outputs])
+        return out, outputs
+
+    def distinct(self, node: Project, columns: list[str]) -> Project:
+        """`SELECT DISTINCT` over an aggregate's rows: a second aggregate, grouped by every output."""
+        types = dict(node.columns)
+        agg = Aggregate(next(self._ids), [(c, types[c]) for c in columns], list(columns), input=node,
+                        group=list(columns), aggs=[])
+        return self.project(agg, [(c, f"`{c}`") for c in columns], None, list(columns))
 
     # --- projections ---------------------------------------------------------------------------
     def project(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None, key: list[str]
@@ -472,9 +572,8 @@ class Planner:
                        predicate=predicate)
 
     def types(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, str]:
-        ddl = ", ".join(f"`{n}` {_sql_type(t).spark}" for n, t in child.columns) or "_empty int"
         try:
-            df = self.spark.createDataFrame([], ddl)
+            df = self.spark.createDataFrame([], _ddl(child.columns))
             if predicate:
                 df = df.where(predicate)
             df = df.selectExpr(*[f"{e} AS `{n}`" for n, e in exprs])
@@ -492,6 +591,11 @@ def _hidden_name(internal: str, taken: set[str]) -> str:
     return next(name for name in candidates if name not in taken)
 
 
+def _ddl(columns: list[tuple[str, str]]) -> str:
+    """A Spark DDL schema of internal columns, for analysing expressions over them."""
+    return ", ".join(f"`{n}` {_sql_type(t).spark}" for n, t in columns) or "_empty int"
+
+
 def _readable(msg: str) -> str:
     return re.sub(r"`?c\d+_([a-z0-9_]+)`?", r"\1", msg)
 
@@ -500,12 +604,8 @@ def _sql_type(name: str) -> SqlType:
     return SqlType(name)
 
 
-def _scope_type(items: list[_Item], internal: str) -> str:
-    for it in items:
-        for n, t in it.node.columns:
-            if n == internal:
-                return t
-    raise AssertionError(f"BUG: column {internal} not in scope")
+def _restrict(scan: Scan, predicate: str) -> None:
+    scan.predicate = predicate if scan.predicate is None else f"({scan.predicate}) AND ({predicate})"
 
 
 def _agg_type(planner: Planner, a: Agg, child: Operator) -> str:
@@ -518,6 +618,47 @@ def _agg_type(planner: Planner, a: Agg, child: Operator) -> str:
     if not t.is_numeric:
         raise planner.err(f"{a.fn} needs a numeric argument, got {t.name}", a.fn)
     return "double" if a.fn == "avg" else sum_type(t.name)
+
+
+def _decimal_scale(type_name: str) -> int | None:
+    m = re.fullmatch(r"decimal\(\d+,(\d+)\)", type_name)
+    return int(m.group(1)) if m else None
+
+
+def _decimal_parts(arg: str, scale: int) -> tuple[str, str]:
+    """The two parts a decimal `sum` / `avg` adds up per row, so that it is exact and the same both
+    ways it is evaluated. Added as decimal(38, s), a sum is not: Spark's gives NULL once a partial
+    sum leaves decimal(38, s), depending on the order of the rows, and Arrow's wraps around. So an
+    argument `x` (`u` unscaled, |u| < 10^38) adds the quotient and remainder of `u` by 10^20 (`DIV`
+    and `%` truncate: |q| < 10^18, |r| < 10^20) as integers, whose sums are exact in decimal(38, 0)
+    for up to 10^18 rows, retractions included."""
+    b = _pow10(20 - scale)  # 10^20 of x's last digit
+    shift = f"{_pow10(scale)}" if scale < 38 else f"{_pow10(37)} * 10"  # 10^38 is no decimal(38) literal
+    return (f"CAST(({arg}) DIV {b} AS DECIMAL(18,0))", f"CAST((({arg}) % {b}) * {shift} AS DECIMAL(20,0))")
+
+
+def _decimal_sum(hi: str, lo: str, scale: int) -> str:
+    """The sum from the sums `hi`, `lo` of `_decimal_parts`: decimal(38, scale), NULL if it does not fit
+    (a value that cannot be stored is NULL, as everywhere in an MV). With the remainders' carry moved
+    to the quotients (h, r: |r| < 10^20), h * 10^20 + r is computed as (h - sign h) * 10^20 +
+    (r + sign h * 10^20), whose first term fits whenever the total does: an overflow (NULL through
+    `try_`) means that the total does not fit. Spark cannot add two decimal(38, s) above scale 6
+    without dropping a digit, so the unscaled total becomes the decimal through its text."""
+    b = _pow10(20)
+    h = f"(`{hi}` + (`{lo}` DIV {b}))"
+    sign = f"(CASE WHEN {h} > 0 THEN 1 WHEN {h} < 0 THEN -1 ELSE 0 END)"
+    unscaled = f"try_add(try_multiply({h} - {sign}, {b}), (`{lo}` % {b}) + {sign} * {b})"
+    return f"CAST(CONCAT(CAST({unscaled} AS STRING), 'E-{scale}') AS DECIMAL(38,{scale}))"
+
+
+def _decimal_avg(hi: str, lo: str, count: str, scale: int) -> str:
+    """The average (double) from the sums of `_decimal_parts` and the count of values."""
+    return f"(CAST(`{hi}` AS DOUBLE) * 1.0E20 + CAST(`{lo}` AS DOUBLE)) / 1.0E{scale} / `{count}`"
+
+
+def _pow10(e: int) -> str:
+    """10^e as an exact Spark decimal literal."""
+    return ("1" + "0" * e if e >= 0 else "0." + "0" * (-e - 1) + "1") + "BD"
 
 
 def _conjuncts(e: exp.Expr) -> list[exp.Expr]:

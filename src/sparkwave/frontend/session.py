@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from sqlglot import exp
 
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.errors import CatalogError, SparkwaveError, SqlError
-from sparkwave.core.spark import configure, create_spark
+from sparkwave.core.spark import acquire_spark, configure, release_spark
 from sparkwave.frontend import dml, show
 from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.ddl import Ddl
@@ -48,13 +49,18 @@ class Session:
         self.warehouse.create()
         self._ownership = Ownership(self.warehouse.owner_path)
         self._ownership.acquire()
+        self._closed = True
+        # What close() undoes, newest first; a connect() that fails midway undoes what it did.
+        self._undo: list[Callable[[], None]] = [self._ownership.release]
         try:
             if spark is None:
-                spark = create_spark()
+                spark = acquire_spark()
+                self._undo.append(functools.partial(release_spark, spark))
             else:
                 configure(spark)
             self.spark = spark
             self.catalog = Catalog(self.warehouse.catalog_path)
+            self._undo.append(self.catalog.close)
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self.locks = Locks()
             self.loop = BarrierLoop(self.rt, self.locks, barrier_interval_ms, on_epoch)
@@ -63,14 +69,17 @@ class Session:
             self.loop.jobs = self.creating
             self.ddl = Ddl(self.rt, self.locks, self.creating)
             self._recover()
+            self._undo.append(self.loop.stop)
             self.loop.start()
+            self._undo.append(self.creating.stop)
             self.creating.resume_all()
-            self._closed = False
             self.maintenance = Maintenance(self.rt, self.locks, max(1.0, barrier_interval_ms / 1000 * 5))
+            self._undo.append(self.maintenance.stop)
             self.maintenance.start()
         except BaseException:
-            self._ownership.release()
+            self._unwind()
             raise
+        self._closed = False
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -87,14 +96,22 @@ class Session:
         self.loop.recover()
 
     def close(self) -> None:
-        if getattr(self, "_closed", True):
+        """Stop maintenance, the creating jobs and the barrier loop, close the catalog, stop the
+        Spark this session started, and release the warehouse, even if one of them fails."""
+        if self._closed:
             return
         self._closed = True
-        self.maintenance.stop()
-        self.creating.stop()
-        self.loop.stop()
-        self.catalog.close()
-        self._ownership.release()
+        self._unwind()
+
+    def _unwind(self) -> None:
+        error: BaseException | None = None
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except BaseException as e:  # the rest still runs: above all, the ownership lock is released
+                error = error or e
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Session:
         return self
@@ -118,6 +135,12 @@ class Session:
     def flush(self) -> int:
         self._check_open()
         return self.loop.flush()
+
+    @property
+    def pipeline_error(self) -> str | None:
+        """Why the main graph's next epoch is failing (it is being retried), or None."""
+        error = self.loop.error
+        return None if error is None or self.loop.failures == 0 else str(error)
 
     @property
     def committed_epoch(self) -> int:
@@ -159,7 +182,8 @@ class Session:
         return rel
 
     def compact(self, name: str | None = None) -> list[str]:
-        """Compact now (every relation, or `name`) at the committed epoch, then apply retention."""
+        """Compact now (every relation, or `name`) at the committed epoch, then apply retention,
+        checkpoint the Delta tables and prune the catalog's history."""
         self._check_open()
         done = []
         epoch = self.committed_epoch
@@ -167,6 +191,7 @@ class Session:
         for rel in rels:
             if self.maintenance.run(rel, epoch):
                 done.append(rel.name)
+        self.catalog.prune_history()
         return done
 
     # --- statements ----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from sparkwave.core.epoch import next_epoch
 from sparkwave.core.errors import PipelineError
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
+from sparkwave.meta.settings import Settings
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
 from sparkwave.stream.dataflow import Dataflow
@@ -60,6 +61,7 @@ class _Epoch:
     prev: int
     plan: dict
     chunks: dict[str, pa.Table | None] = field(default_factory=dict)
+    more: bool = False  # staged DML is left for the next epoch
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -195,10 +197,17 @@ class BarrierLoop:
 
     # --- one epoch -----------------------------------------------------------------------------
     def recover(self) -> int | None:
-        """Replay the first planned but uncommitted epoch, if any; returns it."""
+        """Replay the first planned but uncommitted epoch, if any; returns it. An epoch that fails
+        does not stop the warehouse from opening: the loop goes on retrying it, `flush()` reports
+        the error, and the user can DROP what makes it fail."""
         if self.rt.catalog.uncommitted_plan() is None:
             return None
-        report = self.run_epoch()
+        try:
+            report = self.run_epoch()
+        except Exception as e:
+            log.error("the pending epoch failed on recovery; it is retried in the background: %s", e)
+            self.failures, self.error, self.error_at = 1, e, time.time()
+            return None
         return report.epoch if report else None
 
     def run_epoch(self) -> EpochReport | None:
@@ -223,6 +232,9 @@ class BarrierLoop:
                 if jobs is not None and not jobs.admit():
                     return None
                 self.rt.catalog.persist_plan(e.epoch, e.prev, e.plan, dml_ids)
+            if e.more:  # a flush waits for an epoch that leaves none of its DML behind
+                ticket = self._done_ticket
+                self.request_barrier()
             self._planned_under[e.epoch] = ticket
             crash_point("after_plan")
             return self._execute_and_commit(e, t0)
@@ -248,9 +260,19 @@ class BarrierLoop:
                     end = min(end, limit)
                 if end > start:
                     sources.setdefault(rel.name, {})[split] = [start, end]
+        # Staged DML in statement order, whole batches up to `dml_rows_per_epoch` rows (at least one):
+        # an epoch's input stays bounded, and what is left goes to the next epoch at once.
+        budget = Settings(self.rt.catalog).dml_rows_per_epoch
+        taken: list[int] = []
         pending = self.rt.catalog.pending_dml()
-        e.plan = {"sources": sources, "dml": [i for i, *_ in pending]}
-        return [i for i, *_ in pending]
+        for i, _, _, rows in pending:
+            if taken and rows > budget:
+                break
+            taken.append(i)
+            budget -= rows
+        e.plan = {"sources": sources, "dml": taken}
+        e.more = len(taken) < len(pending)
+        return taken
 
     def _execute_and_commit(self, e: _Epoch, t0: float) -> EpochReport:
         relations = topo_order(self.rt.catalog.relations())
@@ -260,7 +282,14 @@ class BarrierLoop:
         step_ms: dict[str, float] = {}
         for i, rel in enumerate(relations):
             t_rel = time.time()
-            e.chunks[rel.name] = self._execute(rel, e, dml)
+            try:
+                e.chunks[rel.name] = self._execute(rel, e, dml)
+            except Exception as err:
+                what = "materialized view" if rel.kind == "mv" else "table"
+                raise PipelineError(f"epoch {e.epoch} failed at {what} {rel.name!r}: "
+                                    f"{(str(err).strip().splitlines() or [type(err).__name__])[0][:300]}; "
+                                    f"if it keeps failing, DROP {what.upper()} {rel.name} lets the pipeline "
+                                    "go on") from err
             step_ms[rel.name] = (time.time() - t_rel) * 1000
             if i == 0:
                 crash_point("mid_execute")
@@ -272,18 +301,19 @@ class BarrierLoop:
             logs.append((name, path, rows, version))
             crash_point("mid_commit")
         crash_point("before_catalog_commit")
+        names = {r.name for r in relations}  # a source dropped since the plan keeps no offsets
         offsets = {rel: {s: end for s, (_, end) in splits.items()}
-                   for rel, splits in e.plan.get("sources", {}).items()}
+                   for rel, splits in e.plan.get("sources", {}).items() if rel in names}
         latency = (time.time() - t0) * 1000
         if rows_in:
             self.busy_at = time.time()
         self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency)
+        self._forget_consumed_dml()  # before waking flush(): what it waited for is committed and tidied
         with self._committed:
             self._done_ticket = max(self._done_ticket, self._planned_under.pop(e.epoch, 0))
             self._committed.notify_all()
         if self.jobs is not None:
             self.jobs.notify()
-        self._forget_consumed_dml()
         report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency, step_ms)
         if self.on_epoch:
             self.on_epoch(report)

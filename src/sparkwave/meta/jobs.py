@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 
 from sparkwave.core.catalog import JobRow, Phase, Relation
 from sparkwave.core.errors import CatalogError, PipelineError
 from sparkwave.meta.creating_job import CreatingJob, Pipeline, Step, Strategy
-from sparkwave.meta.lag_rule import LagRule
+from sparkwave.meta.lag_rule import MAX_HOLD_SECONDS, LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
@@ -111,7 +112,8 @@ class CreatingJobs:
         self._cond = threading.Condition()
         self.generation = 0
         self._workers: dict[int, _Worker] = {}
-        self._held: dict[int, int] = {}  # job -> the committed epoch it last held the main graph at
+        self._held: dict[int, tuple[int, float]] = {}  # job -> (committed epoch, since when) it holds the main graph at
+        self.clock: Callable[[], float] = time.monotonic  # tests: a clock they move
         self.chunk_rows = 10_000_000
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: a slow snapshot read
 
@@ -168,17 +170,19 @@ class CreatingJobs:
             self.rt.catalog.add_pin(u, rel.created_epoch, f"job:{job_id}", db)
         return job_id
 
-    def remove(self, job_id: int) -> None:
-        """A cancelled job's partial table, progress and pins go; the main graph never saw it."""
-        job = self.rt.catalog.job(job_id)
-        if job is None:
-            return
+    def remove(self, job_id: int) -> bool:
+        """A cancelled job's partial table, progress and pins go; the main graph never saw it.
+        Nothing goes if the job merged meanwhile (a cancel that lost the race): returns False."""
         with self.rt.catalog.transaction() as db:
+            job = self.rt.catalog.job(job_id)
+            if job is None or not job.creating:
+                return False
             self.rt.catalog.remove_relation(db, job.relation)
         self.rt.forget(job.relation)
         self.rt.warehouse.remove_tree(self.rt.warehouse.relation_dir(job.relation))
         self._workers.pop(job_id, None)
         self.notify()
+        return True
 
     # --- control -------------------------------------------------------------------------------
     def creating_job(self, job_id: int) -> JobRow:
@@ -188,21 +192,29 @@ class CreatingJobs:
         job = self.creating_job(job_id)
         fields: dict = {"rate_limit": limit}
         with self.locks.gate:
-            if job.rate_limit == 0 and limit != 0 and job.phase is Phase.LOG_STORE and job.consumed_epoch is not None:
-                fields["allowed_lag"] = LagRule.start(LagRule.lag(self.rt.catalog, job.consumed_epoch))  # restarts
+            if (job.rate_limit is not None and limit is None and job.phase is Phase.LOG_STORE
+                    and job.consumed_epoch is not None):  # unthrottled from now on: the rule restarts
+                fields["allowed_lag"] = LagRule.start(LagRule.lag(self.rt.catalog, job.consumed_epoch))
             self.rt.catalog.set_job_fields(job_id, **fields)
         self.notify()
 
     def cancel(self, job_id: int, *, wait: bool = True) -> None:
-        self.creating_job(job_id)
+        """Stop a creating job and remove what it built. A job that merges before the cancel takes
+        effect stays (its worker checks the stop flag under the gate before merging): then, when
+        waiting, CatalogError says so."""
+        job = self.creating_job(job_id)
         worker = self._workers.get(job_id)
-        if worker is None or not worker.thread.is_alive():
-            self.remove(job_id)
-            return
-        worker.cancelled = True
-        worker.interrupt()
-        if wait:
+        if worker is not None and worker.thread.is_alive():
+            worker.cancelled = True
+            worker.interrupt()
+            if not wait:
+                return
             worker.thread.join()
+        elif self.remove(job_id):
+            return
+        if self.rt.catalog.job(job_id) is not None:
+            raise CatalogError(f"job {job_id} ({job.relation}) finished before it could be cancelled; "
+                               f"DROP MATERIALIZED VIEW {job.relation} removes it")
 
     def apply_requests(self) -> None:
         """Requests from other processes, applied before a barrier."""
@@ -256,19 +268,25 @@ class CreatingJobs:
 
     # --- the main graph's side of the lag rule -----------------------------------------------------
     def admit(self) -> bool:
-        """May the main graph plan another epoch? Called with `locks.gate` held (see lag_rule)."""
+        """May the main graph plan another epoch? Called with `locks.gate` held (see lag_rule: only
+        an unthrottled job may hold it back, and for at most `MAX_HOLD_SECONDS` per epoch)."""
         committed = self.rt.catalog.committed_epoch()
         for job in self.rt.catalog.jobs():
-            if (job.phase is not Phase.LOG_STORE or job.strategy == Strategy.REARRANGED or job.rate_limit == 0
+            if (job.phase is not Phase.LOG_STORE or job.strategy == Strategy.REARRANGED or job.rate_limit is not None
                     or job.allowed_lag is None
                     or job.consumed_epoch is None or self.failures(job.id) > 0 or job.id not in self._workers):
                 continue
             lag = LagRule.lag(self.rt.catalog, job.consumed_epoch)
-            if LagRule.holds(job.allowed_lag, lag):
-                if self._held.get(job.id) != committed:
-                    self._held[job.id] = committed
-                    log.info("creating job %d (%s) holds the main graph back: lag %d epochs, allowed %.1f",
-                             job.id, job.relation, lag.epochs, job.allowed_lag)
-                    self.rt.catalog.count_held_back(job.id)
+            if not LagRule.holds(job.allowed_lag, lag):
+                continue
+            held = self._held.get(job.id)
+            if held is None or held[0] != committed:
+                held = self._held[job.id] = (committed, self.clock())
+                log.info("creating job %d (%s) holds the main graph back: lag %d epochs, allowed %.1f",
+                         job.id, job.relation, lag.epochs, job.allowed_lag)
+                self.rt.catalog.count_held_back(job.id)
+            if LagRule.holds(job.allowed_lag, lag, self.clock() - held[1]):
                 return False
+            log.info("creating job %d (%s) held the main graph back for %.0f s: admitted anyway",
+                     job.id, job.relation, MAX_HOLD_SECONDS)
         return True

@@ -15,13 +15,21 @@ reaches 0 after at most `2 * allowed` checkpoints: then the main graph waits unt
 consumed everything and merges. Meanwhile the upstream advances at most one epoch per checkpoint
 and at most half as many epochs as the job consumes, so the lag recorded at each checkpoint never
 increases. A job that reads faster than the upstream writes catches up in a few checkpoints and
-holds the main graph back for at most the last of them. A paused job (rate limit 0) or one whose
-checkpoints are failing never holds it back."""
+holds the main graph back for at most the last of them.
+
+**Who may hold the main graph back.** Only a job running unthrottled, in its log-store phase, with
+a live worker whose checkpoints are not failing. A rate-limited job (or a paused one) never does:
+its limit slows the job, not the pipeline; it merges once its rate outpaces the upstream's. And
+each epoch is held back at most `MAX_HOLD_SECONDS` (plus the barrier loop's one-second re-check):
+then it is admitted anyway, so a job whose single checkpoint is slower than that cannot stall the
+pipeline; it goes on catching up and the rule holds the next epoch again."""
 
 from __future__ import annotations
 
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.epoch import Lag, epoch_ms
+
+MAX_HOLD_SECONDS = 10.0  # the longest the lag rule holds one epoch of the main graph back
 
 
 class LagRule:
@@ -43,6 +51,7 @@ class LagRule:
         return max(0.0, min(lag.epochs + 1, previous - consumed_epochs / 2))
 
     @staticmethod
-    def holds(allowed: float, lag: Lag) -> bool:
-        """Whether the job holds the main graph back from planning another epoch."""
-        return lag.epochs >= allowed
+    def holds(allowed: float, lag: Lag, held_for: float = 0.0) -> bool:
+        """Whether the job holds the main graph back from planning another epoch, which it has held
+        back for `held_for` seconds so far."""
+        return lag.epochs >= allowed and held_for < MAX_HOLD_SECONDS

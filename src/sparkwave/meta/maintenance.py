@@ -1,5 +1,6 @@
-"""Maintenance: when to compact a relation's log into a new base and apply retention, in a
-background thread of the owner (and on demand)."""
+"""Maintenance: when to compact a relation's log into a new base, apply retention and checkpoint
+its Delta tables, and prune the catalog's history, in a background thread of the owner (and on
+demand), so that a long run keeps its per-epoch cost and its disk use flat."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Maintenance:
             compacted = compact(self.store, rel, epoch)
             with self.locks.epoch:
                 apply_retention(self.store, rel, Settings(self.store.catalog).retention_seconds)
+                self.store.stored(rel).checkpoint()
         return compacted
 
     def _loop(self) -> None:
@@ -57,5 +59,6 @@ class Maintenance:
                     n, _ = catalog.log_rows_since(rel.name, base.epoch if base else 0)
                     if n >= threshold:
                         self.run(rel, epoch)
+                catalog.prune_history()
             except Exception:
                 log.exception("compaction failed; it will be retried")

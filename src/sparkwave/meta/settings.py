@@ -69,6 +69,8 @@ SPECS: dict[str, _Spec] = {
                             "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
     "backfill_rate_limit": _Spec("default", rate_limit, "a non-negative number of rows per second or DEFAULT",
                                  "rows per second per new creating job; default = unlimited, 0 = paused"),
+    "dml_rows_per_epoch": _Spec("1000000", _count(1), "a positive integer",
+                                "at most this many DML rows per epoch: a larger statement or bulk load spans epochs"),
     "backfill_chunk_rows": _Spec("10000000", _count(1), "a positive integer",
                                  "at most this many snapshot rows per checkpoint of a creating job"),
 }
@@ -100,6 +102,10 @@ class Settings:
     def backfill_rate_limit(self) -> int | None:
         value = self._get("backfill_rate_limit")
         return None if value is None else int(value)
+
+    @property
+    def dml_rows_per_epoch(self) -> int:
+        return int(self._get("dml_rows_per_epoch"))
 
     @property
     def backfill_chunk_rows(self) -> int:

@@ -25,22 +25,35 @@ def needed_from(rt: Store, rel: Relation, retention_seconds: float) -> int:
 
 
 def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
-    """Remove what no reader needs; returns the number of files removed."""
+    """Remove what no reader needs; returns the number of files removed. The catalog forgets files
+    before they are removed, so a crash in between leaves files no one references: each run also
+    sweeps those (a log file of an epoch at or below the cut, a base file of no base, the staging
+    folder of a compaction or backfill chunk that crashed), so none is left for good."""
     needed = needed_from(rt, rel, retention_seconds)
     keep = rt.catalog.base_at(rel.name, needed)
     if keep is None:
         return 0
     stored = rt.stored(rel)
-    removed = 0
     old_logs = [p for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)]
     rt.catalog.retire(rel.name, keep.epoch, max(keep.epoch, rel.created_epoch))
     stored.retire_log_files([p for p in old_logs if os.path.exists(p)])
+    live_logs = {os.path.basename(p) for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)}
     live = {os.path.basename(f) for b in rt.catalog.bases(rel.name) for f in b.files}
-    for p in old_logs:
-        rt.warehouse.remove_file(p)
-        removed += 1
-    for name in os.listdir(stored.base_path):
-        if name.endswith(".parquet") and name not in live:
+    removed = 0
+    for name in os.listdir(stored.log_path) if stored.log_path.exists() else []:
+        epoch = _log_epoch(name)
+        if epoch is not None and epoch <= keep.epoch and name not in live_logs:
+            rt.warehouse.remove_file(stored.log_path / name)
+            removed += 1
+    for name in os.listdir(stored.base_path) if stored.base_path.exists() else []:
+        if (name.endswith(".parquet") and name not in live) or name.startswith(("_staging_", "_backfill_")):
             rt.warehouse.remove_file(stored.base_path / name)
             removed += 1
     return removed
+
+
+def _log_epoch(name: str) -> int | None:
+    """The epoch of a log file's name (`e<epoch>.parquet`), or None for any other file."""
+    if name.startswith("e") and name.endswith(".parquet") and name[1:-8].isdigit():
+        return int(name[1:-8])
+    return None

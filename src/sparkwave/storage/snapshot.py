@@ -21,7 +21,9 @@ from sparkwave.storage.table import base_spark_ddl, log_spark_ddl
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:
     if not paths:
         return spark.createDataFrame([], ddl)
-    return spark.read.schema(ddl).parquet(*paths)
+    # A file that retention removed before the frame is evaluated fails the read, whatever the
+    # session's `spark.sql.files.ignoreMissingFiles` says: a snapshot is whole or an error.
+    return spark.read.schema(ddl).option("ignoreMissingFiles", "false").parquet(*paths)
 
 
 def changes(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, after: int, upto: int) -> DataFrame:

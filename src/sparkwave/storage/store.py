@@ -56,9 +56,14 @@ class Store:
 
     def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None) -> DataFrame:
         """All stored columns (hidden included, `_vnode` too) of `rel` as of a committed epoch, or
-        only the rows of the vnodes in `[lo, hi)`."""
+        only the rows of the vnodes in `[lo, hi)`. The frame holds the whole snapshot or, if
+        retention removes one of its files before it is evaluated, fails: never partial rows."""
         self.check_retained(rel, epoch)
-        return snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch, vnodes)
+        df = snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch, vnodes)
+        # Retention forgets files in the catalog before it removes them: had it run while the files
+        # were being listed, the listing may lack some, and this check says so.
+        self.check_retained(rel, epoch)
+        return df
 
     def visible(self, rel: Relation, epoch: int) -> DataFrame:
         return self.snapshot(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])

@@ -23,6 +23,10 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sparkwave.core.schema import Schema
 
+# Commits of the Delta log older than this, and covered by a checkpoint, are cleaned up
+# (`checkpoint`); reads never go through the Delta log (the catalog maps epochs to files).
+LOG_RETENTION = {"delta.logRetentionDuration": "interval 1 hours"}
+CHECKPOINT_EVERY = 100  # Delta versions between two checkpoints
 APP_ID = "sparkwave-log"
 BASE_APP_ID = "sparkwave-base"
 
@@ -69,7 +73,8 @@ class StoredTable:
                              (self.base_path, base_arrow_schema(self.schema))):
             if not DeltaTable.is_deltatable(str(path)):
                 path.mkdir(parents=True, exist_ok=True)
-                DeltaTable.create(str(path), schema=schema, mode="ignore", name=self.name)
+                DeltaTable.create(str(path), schema=schema, mode="ignore", name=self.name,
+                                  configuration=LOG_RETENTION)
 
     @property
     def log(self) -> DeltaTable:
@@ -144,6 +149,22 @@ class StoredTable:
             self._commit_files(self.base, files, rows, mode="overwrite", schema=base_arrow_schema(self.schema),
                                app=BASE_APP_ID, version=epoch, stats=None)
         return self.base.version()
+
+    def checkpoint(self) -> None:
+        """Checkpoint each Delta table every `CHECKPOINT_EVERY` versions and clean up the commits
+        the checkpoint covers, so opening one reads a bounded log and its folder stops growing."""
+        for dt, path in ((self.log, self.log_path), (self.base, self.base_path)):
+            dt.update_incremental()
+            marker = path / "_delta_log" / "_last_checkpoint"
+            done = json.loads(marker.read_text())["version"] if marker.exists() else -1
+            if dt.version() - done < CHECKPOINT_EVERY:
+                continue
+            if dt.metadata().configuration.get("delta.logRetentionDuration") != LOG_RETENTION[
+                    "delta.logRetentionDuration"]:  # a table created before the setting
+                dt.alter.set_table_properties(LOG_RETENTION)
+                dt.update_incremental()
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
 
     def base_file_prefix(self, epoch: int) -> str:
         return f"c{epoch}-"

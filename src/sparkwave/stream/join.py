@@ -6,7 +6,8 @@ recomputed from both sides' rows before and after the epoch, and the difference 
 `J(L', R') - J(L, R)` restricted to the touched keys. This is exact for every join type (an outer
 join's NULL-padded rows appear and disappear as a key gains or loses matches), and its cost follows
 the rows of the touched keys, looked up in the state tables. Rows with a NULL join key never match:
-they pass through NULL-padded on a preserved side and are not stored.
+they pass through NULL-padded on a preserved side and are not stored. (The planner sets a preserved
+side's join key to NULL on rows that fail the ON clause's conditions on that side.)
 
 From a snapshot, each side's frame is both its state table's rows and the join's input, so it is
 persisted and evaluated once."""
@@ -133,12 +134,19 @@ class Join(Operator):
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
         left, right = io.shared(self.left.batch(io)), io.shared(self.right.batch(io))
-        io.state_rows[self.left_state], io.state_rows[self.right_state] = left, right
+        io.state_rows[self.left_state] = _matchable(left, self.left_keys)
+        io.state_rows[self.right_state] = _matchable(right, self.right_keys)
         cond: SparkColumn | None = None
         for a, b in zip(self.left_keys, self.right_keys, strict=True):
             c = left[f"`{a}`"] == right[f"`{b}`"]
             cond = c if cond is None else cond & c
         return left.join(right, cond, _SPARK_JOIN[self.join_type]).select(*[F.col(f"`{n}`") for n in self.names])
+
+
+def _matchable(rows: DataFrame, keys: list[str]) -> DataFrame:
+    """A side's rows that its state keeps: as per epoch, a row with a NULL join key is not stored (it
+    never matches; a preserved side's such rows are NULL-padded from the change alone)."""
+    return rows.where(" AND ".join(f"`{k}` IS NOT NULL" for k in keys))
 
 
 def _has_null_key(t: pa.Table, keys: list[str]) -> pa.ChunkedArray:
