@@ -1,6 +1,6 @@
 """A pipeline of dataflow MVs (aggregates and joins) run in a child process by the dataflow crash
 tests and killed by `SPARKWAVE_CRASH_AT`: two MVs run in the main graph from the start, two more
-are created (snapshot backfill, started paused) while batches keep coming.
+are created (chunked snapshot backfill, started paused) while batches keep coming.
 
 Usage: python -m tests.dataflow_crash_child WAREHOUSE PROGRESS_FILE. It appends `i j` to
 PROGRESS_FILE once statement j of batch i is staged (acknowledged), and flushes after each batch."""
@@ -53,7 +53,8 @@ def main(warehouse: str, progress: str) -> None:
         s.flush()
         for name, sql in MVS.items():
             s.sql(f"CREATE MATERIALIZED VIEW {name} WITH (backfill_strategy = 'blocking') AS {sql}")
-        s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
+        # chunked: each job reads f in several vnode ranges, then (both aggregate) merges the partials
+        s.sql("SET background_ddl = true; SET backfill_rate_limit = 0; SET backfill_chunk_rows = 40")
         for name, sql in JOBS.items():
             s.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
         s.sql("SET backfill_rate_limit = default")

@@ -30,7 +30,7 @@ from tests.oracle import Model, connect, duckdb_sql, multiset, rows_of
 ROOT = Path(__file__).resolve().parent.parent
 CRASH_POINTS = ["after_plan", "mid_execute", "mid_commit", "before_catalog_commit", "mid_compaction",
                 "mid_compaction_after_delta", "backfill_mid_chunk", "backfill_after_chunk_rows",
-                "backfill_between_phases", "backfill_mid_log_store", "backfill_mid_merge"]
+                "backfill_after_merge_chunk", "backfill_between_phases", "backfill_mid_log_store", "backfill_mid_merge"]
 KILL_WITHIN_S = 30.0  # a timed kill lands this long at most after the child is ready
 MAX_CHECKED_EPOCHS = 30  # per restart: a seeded sample beyond this (the final check takes them all)
 

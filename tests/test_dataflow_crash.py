@@ -16,7 +16,9 @@ POINTS = [
     "mid_commit:6",                 # steady state: some of an epoch's MV and state-table commits made
     # steady state: every Delta commit made, the catalog's not (make chaos)
     pytest.param("before_catalog_commit:4", marks=pytest.mark.chaos),
-    "backfill_after_chunk_rows:2",  # a job's one chunk: MV and state files written, progress not committed
+    "backfill_after_chunk_rows:3",  # mid-table: a chunk's state and partial files written, progress not committed
+    # the merge chunk's files written, progress not committed (make chaos)
+    pytest.param("backfill_after_merge_chunk", marks=pytest.mark.chaos),
     # bases as of S committed to Delta, the phase switch not in the catalog (make chaos)
     pytest.param("backfill_between_phases", marks=pytest.mark.chaos),
     "backfill_mid_log_store:2",     # a log-store checkpoint's MV and state logs in Delta, not in the catalog

@@ -118,7 +118,7 @@ class JobRow:
     snapshot_epoch: int | None
     consumed_epoch: int | None
     allowed_lag: float | None  # the lag rule (lag_rule.py)
-    next_vnode: int  # the snapshot's vnodes below this one are read
+    next_vnode: int  # the snapshot's vnodes below this one are read (VNODES + 1: a chunked backfill's merge too)
     vnode_rows: dict[str, list[int]] | None  # rows per vnode of each upstream's snapshot at S
     rows_total: int
     rows_done: int
@@ -145,14 +145,15 @@ _JOB_COLS = ("id, relation, strategy, phase, upstream, snapshot_epoch, consumed_
 
 @dataclass(frozen=True)
 class Chunk:
-    """One checkpoint of a job's snapshot phase: the upstream rows of vnodes `[lo, hi)`."""
+    """One checkpoint of a job's snapshot phase: the upstream rows of vnodes `[lo, hi)` (of the
+    driving upstream, for a chunked stateful backfill, whose merge chunk is `[VNODES, VNODES + 1)`)."""
 
     lo: int
     hi: int
     rows: int
     state: str  # 'reading' (in flight: a crash re-reads it) | 'done'
     attempts: int
-    files: dict[str, list[str]]  # the files it wrote, by table (the MV and its state tables)
+    files: dict[str, list[str]]  # the files it wrote, by table (the MV, its state tables, `<table>#partial`)
 
 
 @dataclass(frozen=True)

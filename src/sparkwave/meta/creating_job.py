@@ -6,14 +6,19 @@ progress in one catalog transaction; the main graph never waits for it, except b
 (`lag_rule.py`).
 
 1. **snapshot**: every upstream is pinned at one common committed epoch `S`. The MV's operator
-   tree runs as Spark DataFrames over the snapshots, in chunks of consecutive vnodes: a stateless
-   tree (scans and projections) reads its upstream's snapshot a vnode range at a time (each base
-   file is sorted by vnode with small row groups, so a chunk's scan reads only its row groups), up
-   to `backfill_chunk_rows` rows per chunk; a stateful tree reads whole snapshots in one chunk and
-   evaluates every subtree once for all the tables it writes (the MV and each state table). A chunk
-   is recorded as in flight before it is read; its rows are written as files, then the chunk is
-   marked done with them. A crash re-reads only the chunk that was in flight. The last chunk's
-   checkpoint commits every table's chunk files as its base as of `S`.
+   tree runs as Spark DataFrames over the snapshots, in chunks of consecutive vnodes, up to
+   `backfill_chunk_rows` rows per chunk, each evaluating every subtree once for all the tables it
+   writes (the MV and each state table). A stateless tree (scans and projections) reads its
+   upstream's snapshot a vnode range at a time (each base file is sorted by vnode with small row
+   groups, so a chunk's scan reads only its row groups). A stateful tree reads its driving
+   upstream so (`stream/chunking.py`), the others whole in the first chunk, which hands their join
+   sides on to the later chunks through its state files; an aggregate above the driving scan
+   writes partials per chunk, added up by a last merge chunk (`VNODES`, `VNODES + 1`) that also
+   evaluates what is above the aggregate. A stateful snapshot that fits in one chunk, or a tree
+   that no scan can drive (a FULL join on every path), is one chunk. A chunk is recorded as in
+   flight before it is read; its rows are written as files, then the chunk is marked done with
+   them. A crash re-reads only the chunk that was in flight. The last checkpoint commits every
+   table's chunk files as its base as of `S`.
 2. **log store**: the upstreams' log epochs after `S`: a stateless tree's in batches of up to
    `MAX_LOG_EPOCHS` epochs (one Spark job each), a stateful tree's one epoch per checkpoint
    through the same per-epoch executors as the main graph, against the job's own state tables.
@@ -45,7 +50,7 @@ from typing import Protocol
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
-from sparkwave.core.catalog import JobRow, Phase, Relation
+from sparkwave.core.catalog import Chunk, JobRow, Phase, Relation
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.crash import crash_point
 from sparkwave.meta.lag_rule import LagRule
@@ -53,7 +58,8 @@ from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.compaction import write_base_files
-from sparkwave.storage.state import state_relations
+from sparkwave.storage.state import state_name, state_relations
+from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
 from sparkwave.stream.dataflow import Dataflow
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
@@ -148,48 +154,99 @@ class CreatingJob:
             per_upstream = {u: snap.vnode_rows(self.rt.catalog, u, self.rt.relation(u).schema, s)
                             for u in rel.upstreams}
             self.rt.catalog.set_job_counts(self.job_id, per_upstream)
-        counts = [sum(c[v] for c in per_upstream.values()) for v in range(VNODES)]
-        if job.next_vnode >= VNODES:
-            return self._finish_snapshot(job, rel)
+        chunks = {c.lo: c for c in self.rt.catalog.job_chunks(self.job_id)}
+        plan = None if flow.root.stateless else chunk_plan(flow.root, {u: sum(c) for u, c in per_upstream.items()})
+        if job.next_vnode >= VNODES and (job.next_vnode > VNODES or not self._merges(plan, chunks)):
+            return self._finish_snapshot(job, rel, flow, chunks)
         if job.rate_limit == 0:
             return Step(wait=None)
         budget = min(limit, self.limiter.available(job.rate_limit))
         if budget <= 0:
             return Step(wait=self.limiter.wait_for(job.rate_limit or 0))
+        if job.next_vnode >= VNODES:
+            merging = plan
+            assert merging is not None
+            return self._chunk(job, rel, flow, VNODES, VNODES + 1, 0,
+                               lambda: flow.build_merge(s, merging, self._partials(chunks)))
+        driving = plan.driving.relation if plan else None
+        counts = [sum(c[v] for u, c in per_upstream.items() if driving in (None, u)) for v in range(VNODES)]
         lo = hi = job.next_vnode
         rows = 0
-        if flow.root.stateless:
-            while hi < VNODES and (hi == lo or rows + counts[hi] <= min(self.chunk_rows, budget)):
+        if flow.root.stateless or plan is not None:
+            cap = min(self.chunk_rows, budget)
+            while hi < VNODES and (hi == lo or rows + counts[hi] <= cap):
                 rows += counts[hi]
                 hi += 1
-        else:
-            hi, rows = VNODES, sum(counts[lo:])
+        if plan is not None and lo == 0 and hi == VNODES:
+            plan = None  # fits in one chunk: the single pass, with no merge
+        if plan is None and not flow.root.stateless:
+            hi, rows = VNODES, sum(sum(c[lo:]) for c in per_upstream.values())
+        if plan is None:
+            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(
+                s, (lo, hi) if flow.root.stateless else None), skip=flow.root.stateless and not rows)
+        chunked = plan
+        if lo == 0:  # the first chunk reads the other upstreams whole, and hands their sides on
+            rows += sum(sum(c) for u, c in per_upstream.items() if u != driving)
+        sides = {} if lo == 0 else {x: chunks[0].files[state_name(rel.name, x)] for x in chunked.handed}
+        return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_chunk(s, chunked, (lo, hi), sides))
+
+    @staticmethod
+    def _merges(plan: ChunkPlan | None, chunks: dict[int, Chunk]) -> bool:
+        """Whether the snapshot ends with a merge chunk: the tree was chunked (its first chunk did not
+        cover every vnode) under a plan whose chunks wrote an aggregate's partials."""
+        first = chunks.get(0)
+        return plan is not None and plan.merges and first is not None and first.hi < VNODES
+
+    def _chunk(self, job: JobRow, rel: Relation, flow: Dataflow, lo: int, hi: int, rows: int,
+               build: Callable[[], dict[str, DataFrame]], *, skip: bool = False) -> Step:
+        """One chunk: recorded in flight, its tables built and written as files, then recorded done
+        with them (a crash in between re-reads only this chunk)."""
+        s = job.snapshot_epoch
+        assert s is not None
         self.rt.catalog.start_chunk(self.job_id, lo, hi, rows)  # in flight: a crash from here re-reads it
         files: dict[str, list[str]] = {}
-        if rows or not flow.root.stateless:  # a scalar aggregate over nothing still has its row
-            built = flow.build(s, (lo, hi) if flow.root.stateless else None)
+        if not skip:  # a scalar aggregate over nothing still has its row
+            built = build()
             crash_point("backfill_mid_chunk")
             if self.chunk_hook:
                 self.chunk_hook(lo, hi)
             try:
-                for i, t in enumerate(self.tables(rel)):
-                    files[t.name], _ = write_base_files(self.rt, t, self._share(built[t.name]), f"_backfill_{lo}",
-                                                        f"s{s}-v{lo:03d}-t{i}-", sort=not flow.root.stateless)
+                for i, (name, df) in enumerate(built.items()):
+                    t = self.rt.relation(name.removesuffix(PARTIAL))
+                    whole = name.endswith(PARTIAL)  # read whole by the merge: neither sorted nor indexed
+                    files[name], _ = write_base_files(self.rt, t, self._share(df), f"_backfill_{lo}",
+                                                      f"s{s}-v{lo:03d}-t{i}-", sort=not (flow.root.stateless or whole),
+                                                      lookups=not whole)
             finally:
                 flow.release()
-            crash_point("backfill_after_chunk_rows")
+            crash_point("backfill_after_chunk_rows" if lo < VNODES else "backfill_after_merge_chunk")
         self.rt.catalog.finish_chunk(self.job_id, lo, hi, rows, files, LagRule.lag(self.rt.catalog, s))
         self.limiter.spend(rows)
         return Step(rows=rows)
 
-    def _finish_snapshot(self, job: JobRow, rel: Relation) -> Step:
-        """Between phases: each table's chunk files become its base as of `S`; the log store starts."""
+    @staticmethod
+    def _partials(chunks: dict[int, Chunk]) -> dict[str, list[str]]:
+        """The aggregate's partial files of every vnode chunk, by table."""
+        out: dict[str, list[str]] = {}
+        for lo, c in chunks.items():
+            for name, fs in c.files.items():
+                if lo < VNODES and name.endswith(PARTIAL):
+                    out.setdefault(name.removesuffix(PARTIAL), []).extend(fs)
+        return out
+
+    def _finish_snapshot(self, job: JobRow, rel: Relation, flow: Dataflow, chunks: dict[int, Chunk]) -> Step:
+        """Between phases: the partials the merge added up go; each table's chunk files become its
+        base as of `S`; the log store starts."""
         assert job.snapshot_epoch is not None
         s = job.snapshot_epoch
-        chunks = self.rt.catalog.job_chunks(self.job_id)
+        for files in self._partials(chunks).values():  # added up by the merge chunk: no longer needed
+            for f in files:
+                self.rt.warehouse.remove_file(f)
         bases = []
         for t in self.tables(rel):
-            files = [f for c in chunks for f in c.files.get(t.name, [])]
+            if not flow.root.stateless:  # (a stateless chunk of no rows writes nothing)
+                assert any(t.name in c.files for c in chunks.values()), f"BUG: no chunk wrote {t.name}"
+            files = [f for c in chunks.values() for f in c.files.get(t.name, [])]
             rows = [pq.ParquetFile(f).metadata.num_rows for f in files]
             bases.append((t.name, self.rt.stored(t).commit_base(s, files, rows), sum(rows), files))
         crash_point("backfill_between_phases")

@@ -82,23 +82,29 @@ class _Worker:
             self.manager.remove(self.job_id)
 
     def _epoch_budget(self, generation: int) -> Step | None:
-        """Rearranged: after each main-graph commit, one step that reads at most one chunk of rows
-        (steps that read nothing, such as the switch between phases, do not count); None while
-        waiting for the next commit."""
+        """Rearranged: after each main-graph commit, a budget of one chunk of rows: one snapshot
+        chunk, or log-store steps until the budget is spent (a stateful job's step consumes one
+        upstream epoch, so one step per commit would never gain on the upstream), switching in band
+        once what is left fits in the rest of it. Steps that read nothing (the switch between
+        phases) do not count. None while waiting for the next commit."""
         committed = self.manager.rt.catalog.committed_epoch()
         if committed == self.paced_at:
             self.manager.wait(generation, None)
             return None
         self.paced_at = committed
-        pending = self.backfill.pending_log_rows()
-        if pending is not None and pending <= self.backfill.chunk_rows:
-            return self.backfill.catch_up_and_merge()
+        budget = self.backfill.chunk_rows
+        spent = 0
         while True:
-            step = self.backfill.step(budget=self.backfill.chunk_rows)
+            pending = self.backfill.pending_log_rows()
+            if pending is not None and pending <= budget - spent:
+                step = self.backfill.catch_up_and_merge()
+                return Step(rows=spent + step.rows, merged=step.merged, wait=step.wait)
+            step = self.backfill.step(budget=budget - spent)
             if step.merged or step.wait != 0 or self.stop.is_set():
-                return step
-            if step.rows:
-                return Step(rows=step.rows, wait=None)
+                return Step(rows=spent + step.rows, merged=step.merged, wait=step.wait)
+            spent += step.rows
+            if step.rows and (pending is None or spent >= budget):
+                return Step(rows=spent, wait=None)
 
 
 class CreatingJobs:

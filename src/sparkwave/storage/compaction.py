@@ -37,11 +37,13 @@ STATE_ROW_GROUP_ROWS = 512
 
 
 def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
-                     sort: bool = True) -> tuple[list[str], list[int]]:
+                     sort: bool = True, lookups: bool = True) -> tuple[list[str], list[int]]:
     """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
     folder, so that a crash leaves either no file or whole files. The files are not part of any
     base until committed. With `sort`, clustered by (vnode, key); a backfill chunk skips that: its
-    rows span a few vnodes only, and arrive almost in (vnode, key) order from the sorted upstream."""
+    rows span a few vnodes only, and arrive almost in (vnode, key) order from the sorted upstream.
+    A state table's files have small row groups for point lookups, unless `lookups` is off (files
+    only ever scanned whole: a chunked backfill's partials)."""
     stored = rt.stored(rel)
     stored.create()
     staging = stored.base_path / staging_name
@@ -51,7 +53,7 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
         out = (out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
                .sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key]))
     writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
-    if rel.kind == "state":
+    if rel.kind == "state" and lookups:
         writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS)
     writer.parquet(str(staging))
     files, rows = [], []

@@ -14,7 +14,9 @@ whose count reaches zero disappears (and reappears as new). A scalar aggregate (
 has its one row: count 0 and NULLs for an empty input (its group is a constant column, `0`).
 
 From a snapshot, the partials are one Spark GROUP BY of the input (persisted: they are the state
-table's rows and the output's source) and the value counts another."""
+table's rows and the output's source) and the value counts another. A chunked backfill computes
+them per chunk and adds them up (`merge_partials`): counts and sums add, min and max fold, and
+count(DISTINCT) counts the merged value counts."""
 
 from __future__ import annotations
 
@@ -287,6 +289,13 @@ class Aggregate(Operator):
 
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
+        if self.id in io.outputs:  # merged from a chunked backfill's partials
+            return io.outputs[self.id]
+        return self.finalize(self.partial_batch(io))
+
+    def partial_batch(self, io: SnapshotIO) -> DataFrame:
+        """The partials per group of the input's rows (persisted: they are the partials state's rows
+        and the output's source), with the value counts put in `io.state_rows` too."""
         child = io.shared(self.input.batch(io))
         parts: list[SparkColumn] = [F.count(F.lit(1)).alias("_count")]
         for i, a in enumerate(self.aggs):
@@ -312,8 +321,53 @@ class Aggregate(Operator):
         for j, arg_name in enumerate(self.value_args()):
             io.state_rows[self.values_state(j)] = child.where(F.col(f"`{arg_name}`").isNotNull()) \
                 .groupBy(*group, F.col(f"`{arg_name}`")).agg(F.count(F.lit(1)).alias("_count"))
+        return partials
+
+    def merge_partials(self, io: SnapshotIO, partials: DataFrame, values: list[DataFrame]) -> DataFrame:
+        """The partials and value counts of a whole snapshot from those of its chunks (each chunk's
+        rows of a group and value added up; count(DISTINCT) counts the merged values), put in
+        `io.state_rows`; returns the aggregate's output from them."""
+        group = [F.col(f"`{g}`") for g in self.group]
+        ptypes = dict(self.partials())
+        merged_values = []
+        for j, (arg, v) in enumerate(zip(self.value_args(), values, strict=True)):
+            merged_values.append(io.shared(v.groupBy(*group, F.col(f"`{arg}`"))
+                                           .agg(F.sum("_count").cast("bigint").alias("_count"))))
+            io.state_rows[self.values_state(j)] = merged_values[-1]
+        parts: list[SparkColumn] = [F.sum("_count").cast("bigint").alias("_count")]
+        distincts = []
+        for i, a in enumerate(self.aggs):
+            if a.fn == "count_star":
+                continue
+            p = F.col(f"p{i}")
+            if a.fn in ("count", "sum", "avg"):
+                parts.append(F.sum(p).cast(SqlType(ptypes[f"p{i}"]).spark).alias(f"p{i}"))
+                if a.fn != "count":
+                    parts.append(F.sum(f"n{i}").cast("bigint").alias(f"n{i}"))
+            elif a.fn == "min":
+                parts.append(F.min(p).alias(f"p{i}"))
+            elif a.fn == "max":
+                parts.append(F.max(p).alias(f"p{i}"))
+            else:  # count_distinct: from the merged value counts
+                parts.append(F.lit(0).cast("bigint").alias(f"p{i}"))
+                distincts.append(i)
+        out = partials.groupBy(*group).agg(*parts)
+        for i in distincts:
+            j = self.value_args().index(self.aggs[i].arg or "")
+            n = merged_values[j].groupBy(*[F.col(f"`{g}`").alias(f"_g{k}") for k, g in enumerate(self.group)]) \
+                .agg(F.count(F.lit(1)).cast("bigint").alias("_n"))
+            on = [out[f"`{g}`"].eqNullSafe(n[f"_g{k}"]) for k, g in enumerate(self.group)]
+            out = out.join(n, on, "left").select(
+                *[F.coalesce(F.col("_n"), F.lit(0)).cast("bigint").alias(c) if c == f"p{i}" else F.col(f"`{c}`")
+                  for c in out.columns])
+        out = io.shared(out.select(*[f"`{g}`" for g in self.group], *[c for c, _ in self.partials()]))
+        io.state_rows[self.partials_state] = out
+        return self.finalize(out)
+
+    def finalize(self, partials: DataFrame) -> DataFrame:
+        """The aggregate's output rows from its partials (a scalar aggregate has its row regardless)."""
         if self.scalar:
-            one = io.spark.range(1).select(F.lit(0).cast("bigint").alias(self.group[0]))
+            one = partials.sparkSession.range(1).select(F.lit(0).cast("bigint").alias(self.group[0]))
             partials = one.join(partials, self.group, "left")
         outs = [F.col(f"`{g}`") for g in self.group]
         for i, a in enumerate(self.aggs):

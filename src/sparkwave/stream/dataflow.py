@@ -12,7 +12,9 @@ epochs in one job.
 **From a snapshot** (`Dataflow.build`): the same tree as Spark DataFrames over the upstreams'
 snapshots at one epoch gives the MV's rows and every state table's rows, for a backfill. A frame
 that feeds more than one table is persisted, so writing every table evaluates each subtree once;
-`release()` frees it."""
+`release()` frees it. A large stateful backfill is built in chunks (`stream/chunking.py`):
+`build_chunk` per vnode range of the driving scan, then `build_merge` adds up an aggregate's
+partials and evaluates what is above it."""
 
 from __future__ import annotations
 
@@ -22,8 +24,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Relation
+from sparkwave.core.schema import Schema
+from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import StateIO, state_name
 from sparkwave.storage.store import Store
+from sparkwave.storage.table import base_spark_ddl
+from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.materialize import Materialize
 from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, SnapshotIO, collect
 from sparkwave.stream.plan import from_json, state_schemas
@@ -66,18 +72,68 @@ class Dataflow:
         """Every table of the MV (its own rows, then each state table) as `| _vnode | columns |`
         DataFrames over the upstreams' snapshots at `epoch`; with `vnodes`, only the upstream rows
         of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
-        assert vnodes is None or self.root.stateless, "BUG: a stateful tree needs whole snapshots"
-        io = SnapshotIO(self.rt, epoch, vnodes)
+        assert vnodes is None or self.root.stateless, "BUG: a stateful tree is chunked by build_chunk"
+        io = self._io(epoch, vnodes)
+        return self._tables(io, self.root.batch(io))
+
+    def build_chunk(self, epoch: int, plan: ChunkPlan, vnodes: tuple[int, int],
+                    sides: dict[str, list[str]]) -> dict[str, DataFrame]:
+        """A stateful tree's tables over the driving scan's rows of `vnodes` (and the other scans'
+        whole snapshots): with an aggregate above the driving scan, its partials and value counts
+        (as `<table>#partial`) and the state below it; else the MV's rows and every state table's.
+        `sides` hands the join sides that the first chunk wrote (their state files, by suffix): a
+        later chunk neither evaluates nor writes them again."""
+        io = self._io(epoch, vnodes, driving=plan.driving.id)
+        for suffix, files in sides.items():
+            schema = self._state_schemas[suffix]
+            io.sides[suffix] = read_parquet(self.rt.spark, base_spark_ddl(schema), files).select(
+                *[F.col(f"`{c}`") for c in schema.names])
+        if plan.aggregate is None:
+            return self._tables(io, self.root.batch(io))
+        agg = plan.aggregate
+        agg.partial_batch(io)
+        own = [agg.partials_state, *[agg.values_state(j) for j in range(len(agg.value_args()))]]
+        out = self._tables(io, None)
+        return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
+
+    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]]) -> dict[str, DataFrame]:
+        """The last chunk: the aggregate's partials and value counts of all chunks (their files, by
+        table) added up, and the MV and every state table above the aggregate from them."""
+        agg = plan.aggregate
+        assert agg is not None, "BUG: only a plan with an aggregate merges"
+        io = self._io(epoch, None)
+
+        def read(suffix: str) -> DataFrame:
+            schema = self._state_schemas[suffix]
+            return read_parquet(self.rt.spark, base_spark_ddl(schema), partials.get(state_name(self.rel.name, suffix),
+                                                                                    [])).drop("_vnode")
+
+        values = [read(agg.values_state(j)) for j in range(len(agg.value_args()))]
+        io.outputs[agg.id] = agg.merge_partials(io, read(agg.partials_state), values)
+        return self._tables(io, self.root.batch(io))
+
+    @property
+    def _state_schemas(self) -> dict[str, Schema]:
+        return state_schemas(self.root)
+
+    def _io(self, epoch: int, vnodes: tuple[int, int] | None, driving: int | None = None) -> SnapshotIO:
+        io = SnapshotIO(self.rt, epoch, vnodes, driving)
         self._builds.append(io)
-        out = {self.rel.name: self.materialize.rows(self.root.batch(io))}
-        for suffix, schema in state_schemas(self.root).items():
-            out[state_name(self.rel.name, suffix)] = io.state_rows[suffix].select(
-                F.lit(0).cast("smallint").alias("_vnode"),
-                *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
+        return io
+
+    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, DataFrame]:
+        """The MV's rows (if evaluated) and each state table whose rows `io` gathered, as
+        `| _vnode | columns |`."""
+        out = {} if root_rows is None else {self.rel.name: self.materialize.rows(root_rows)}
+        for suffix, schema in self._state_schemas.items():
+            if suffix in io.state_rows:
+                out[state_name(self.rel.name, suffix)] = io.state_rows[suffix].select(
+                    F.lit(0).cast("smallint").alias("_vnode"),
+                    *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
         return out
 
     def release(self) -> None:
-        """Free what `build` persisted, once its tables are written."""
+        """Free what the builds persisted, once their tables are written."""
         for io in self._builds:
             io.release()
         self._builds.clear()

@@ -133,14 +133,23 @@ class Join(Operator):
 
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
-        left, right = io.shared(self.left.batch(io)), io.shared(self.right.batch(io))
-        io.state_rows[self.left_state] = _matchable(left, self.left_keys)
-        io.state_rows[self.right_state] = _matchable(right, self.right_keys)
+        left, right = self._side(io, self.left, self.left_state, self.left_keys), \
+            self._side(io, self.right, self.right_state, self.right_keys)
         cond: SparkColumn | None = None
         for a, b in zip(self.left_keys, self.right_keys, strict=True):
             c = left[f"`{a}`"] == right[f"`{b}`"]
             cond = c if cond is None else cond & c
         return left.join(right, cond, _SPARK_JOIN[self.join_type]).select(*[F.col(f"`{n}`") for n in self.names])
+
+    def _side(self, io: SnapshotIO, side: Operator, state: str, keys: list[str]) -> DataFrame:
+        """A side's rows, and its state table's. A side handed over by an earlier chunk (its state
+        as written then: only matchable rows, which is all a side the join does not preserve needs)
+        is neither evaluated nor written again."""
+        if state in io.sides:
+            return io.sides[state]
+        rows = io.shared(side.batch(io))
+        io.state_rows[state] = _matchable(rows, keys)
+        return rows
 
 
 def _matchable(rows: DataFrame, keys: list[str]) -> DataFrame:

@@ -73,13 +73,21 @@ class EpochIO:
 
 @dataclass
 class SnapshotIO:
-    """What a snapshot build reads and gathers: the upstreams' snapshots at `epoch` (only the rows of
-    `vnodes` for a stateless tree's chunk) and each state table's rows by suffix. A frame that feeds
-    more than one table is persisted (`shared`), so writing every table evaluates each subtree once."""
+    """What a snapshot build reads and gathers: the upstreams' snapshots at `epoch` and each state
+    table's rows by suffix. A frame that feeds more than one table is persisted (`shared`), so
+    writing every table evaluates each subtree once.
+
+    A chunk of a backfill reads only the rows of `vnodes`: of every scan in a stateless tree, of the
+    `driving` scan alone in a stateful one (`stream/chunking.py`). A chunk may be handed a join
+    side's rows (`sides`, by the side's state suffix) or an operator's whole output (`outputs`, by
+    operator id) computed before, instead of evaluating that subtree again."""
 
     rt: Store
     epoch: int
     vnodes: tuple[int, int] | None = None
+    driving: int | None = None
+    sides: dict[str, DataFrame] = field(default_factory=dict)
+    outputs: dict[int, DataFrame] = field(default_factory=dict)
     state_rows: dict[str, DataFrame] = field(default_factory=dict)
     persisted: list[DataFrame] = field(default_factory=list)
 
@@ -87,8 +95,10 @@ class SnapshotIO:
     def spark(self) -> SparkSession:
         return self.rt.spark
 
-    def snapshot(self, relation: str) -> DataFrame:
-        return self.rt.snapshot(self.rt.relation(relation), self.epoch, self.vnodes)
+    def snapshot(self, relation: str, scan: int) -> DataFrame:
+        """The snapshot a scan (operator id `scan`) reads: restricted to `vnodes` where it drives the chunk."""
+        vnodes = self.vnodes if self.driving is None or self.driving == scan else None
+        return self.rt.snapshot(self.rt.relation(relation), self.epoch, vnodes)
 
     def shared(self, df: DataFrame) -> DataFrame:
         self.persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))

@@ -91,4 +91,4 @@ class Scan(Operator):
         return self._collected(io, root)
 
     def batch(self, io: SnapshotIO) -> DataFrame:
-        return self.select(io.snapshot(self.relation))
+        return self.select(io.snapshot(self.relation, self.id))
