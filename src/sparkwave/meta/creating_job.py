@@ -146,14 +146,23 @@ class CreatingJob:
         return [rel, *state_relations(self.rt, rel)]
 
     # --- phase 1: the snapshot at S ------------------------------------------------------------
+    def count_upstreams(self) -> dict[str, list[int]]:
+        """Each upstream snapshot's rows per vnode (the progress total, and the chunks' sizes),
+        counted once: when the job starts, so that SHOW JOBS knows the total from the CREATE on."""
+        job = self.rt.catalog.job(self.job_id)
+        assert job is not None and job.snapshot_epoch is not None, f"BUG: job {self.job_id} has no snapshot"
+        if job.vnode_rows is not None:
+            return job.vnode_rows
+        rel = self.rt.relation(job.relation)
+        counts = {u: snap.vnode_rows(self.rt.catalog, u, self.rt.relation(u).schema, job.snapshot_epoch)
+                  for u in rel.upstreams}
+        self.rt.catalog.set_job_counts(self.job_id, counts)
+        return counts
+
     def _snapshot_step(self, job: JobRow, rel: Relation, flow: Dataflow, limit: float) -> Step:
         assert job.snapshot_epoch is not None
         s = job.snapshot_epoch
-        per_upstream = job.vnode_rows
-        if per_upstream is None:
-            per_upstream = {u: snap.vnode_rows(self.rt.catalog, u, self.rt.relation(u).schema, s)
-                            for u in rel.upstreams}
-            self.rt.catalog.set_job_counts(self.job_id, per_upstream)
+        per_upstream = job.vnode_rows or self.count_upstreams()
         chunks = {c.lo: c for c in self.rt.catalog.job_chunks(self.job_id)}
         plan = None if flow.root.stateless else chunk_plan(flow.root, {u: sum(c) for u, c in per_upstream.items()})
         if job.next_vnode >= VNODES and (job.next_vnode > VNODES or not self._merges(plan, chunks)):

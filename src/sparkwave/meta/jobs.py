@@ -139,6 +139,9 @@ class CreatingJobs:
     def start(self, job_id: int) -> None:
         worker = _Worker(self, job_id, self.chunk_rows)
         worker.backfill.chunk_hook = self.chunk_hook
+        job = self.rt.catalog.job(job_id)
+        if job is not None and job.phase is Phase.SNAPSHOT:
+            worker.backfill.count_upstreams()
         self._workers[job_id] = worker
         worker.thread.start()
 
