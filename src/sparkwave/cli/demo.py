@@ -61,7 +61,8 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
             s.wait()
             job = next(j for j in s.jobs() if j.name == LATE_MV)
             console.print(f"[bold magenta]{LATE_MV} joined the pipeline at epoch {job.merged_epoch} "
-                          f"after {time.time() - t0:.1f} s ({job.rows_total:,} snapshot rows)[/]")
+                          f"after {time.time() - t0:.1f} s ({job.rows_total:,} snapshot rows in {len(job.chunks)} "
+                          "chunks)[/]")
             while time.time() - started < seconds:
                 time.sleep(0.2)
         except KeyboardInterrupt:
