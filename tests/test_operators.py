@@ -133,13 +133,13 @@ def join_node(join_type: JoinType) -> Join:
                 left_keys=["c1_k"], right_keys=["c2_k"])
 
 
-def agg_node(child_cols: list[tuple[str, str]], group: list[str], aggs: list[Agg], scalar: bool = False
-             ) -> Aggregate:
+def agg_node(child_cols: list[tuple[str, str]], group: list[str], aggs: list[Agg], scalar: bool = False,
+             append_only: bool = False) -> Aggregate:
     """GROUP BY `group` over a scan keyed by its last column (a row id)."""
     child = scan(1, "t", child_cols, [child_cols[-1][0]])
     types = dict(child_cols)
     return Aggregate(2, [(g, types[g]) for g in group] + [(a.out, a.type) for a in aggs], list(group), input=child,
-                     group=list(group), aggs=aggs, scalar=scalar)
+                     group=list(group), aggs=aggs, scalar=scalar, append_only=append_only)
 
 
 # --- joins --------------------------------------------------------------------------------------------
@@ -402,6 +402,37 @@ def test_min_and_count_distinct_with_repeated_values_and_avg_to_null() -> None:
         - 1 2 2 3.0
         + 1 7 1 .""")
     assert run.states.contents("a2v0") == Counter({(1, 7, 1): 1})
+
+
+def test_append_only_min_max_fold_without_value_counts() -> None:
+    """SELECT g, min(x), max(x), count(DISTINCT y) FROM t GROUP BY g over an append-only t: min and
+    max keep no value counts and fold each epoch's values in; count(DISTINCT) still counts values."""
+    node = agg_node([("c1_g", "varchar"), ("c1_x", "int"), ("c1_y", "int"), ("c1_id", "bigint")], ["c1_g"], [
+        Agg("min", "c1_x", "c2_lo", "int"), Agg("max", "c1_x", "c2_hi", "int"),
+        Agg("count_distinct", "c1_y", "c2_d", "bigint")], append_only=True)
+    assert sorted(state_schemas(node)) == ["a2", "a2v0"]  # a2v0: y's value counts, for count(DISTINCT)
+    run = AggRun(node)
+    run.epoch("""
+        + a 5 1 1
+        + a . 1 2
+        + b . . 3""", """
+        + a 5 5 1
+        + b . . 0""")
+    run.epoch("""
+        + a 9 2 4
+        + a 3 2 5
+        + b 4 7 6
+        + c 1 1 7""", """
+        - a 5 5 1
+        + a 3 9 2
+        - b . . 0
+        + b 4 4 1
+        + c 1 1 1""")
+    run.epoch("""
+        + a 6 1 8""", "")  # within the extremes, a value already counted: the row stays
+    assert run.states.contents("a2") == Counter({("a", 5, 3, 9, 2): 1, ("b", 2, 4, 4, 1): 1, ("c", 1, 1, 1, 1): 1})
+    with pytest.raises(AssertionError, match="append-only input retracted"):
+        run.node.apply(zset("- a 9 2 4", run.node.input.arrow_schema(WF)), run.states)
 
 
 def test_join_on_two_columns_with_a_null_part() -> None:

@@ -110,7 +110,7 @@ class Planner:
                [Column(n, _sql_type(types[i]), hidden=True) for n, i in hidden]
         ups = node.upstreams()
         # Scans and projections of append-only inputs only ever insert: the MV is append-only too.
-        append_only = node.stateless and all(self.lookup(u).schema.append_only for u in ups)
+        append_only = node.stateless and self.append_only(node)
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------
@@ -240,6 +240,17 @@ class Planner:
 
     def relation(self, name: str) -> Relation:
         return self.lookup(name)  # a creating one too: the session refuses it, naming its job
+
+    def append_only(self, op: Operator) -> bool:
+        """Whether `op`'s output only ever gains rows: scans of append-only tables, the projections
+        (and windows) over them, and inner joins of two such inputs."""
+        if isinstance(op, Scan):
+            return self.relation(op.relation).schema.append_only
+        if isinstance(op, Project):
+            return self.append_only(op.input)
+        if isinstance(op, Join):
+            return op.join_type == "inner" and self.append_only(op.left) and self.append_only(op.right)
+        return False
 
     def scan(self, rel: Relation, alias: str, window: Window | None) -> _Item:
         exprs, cols, order, internal = [], {}, [], {}
@@ -546,7 +557,8 @@ class Planner:
             a.type = _agg_type(self, a, pre_node)
         gtypes = dict(pre_node.columns)
         agg_node = Aggregate(next(self._ids), [(g, gtypes[g]) for g in group_cols] + [(a.out, a.type) for a in aggs],
-                             list(group_cols), input=pre_node, group=list(group_cols), aggs=aggs, scalar=scalar)
+                             list(group_cols), input=pre_node, group=list(group_cols), aggs=aggs, scalar=scalar,
+                             append_only=self.append_only(pre_node))
         exprs = [(i, self.spark_sql(t, agg_node.columns)) for _, i, t in post] + [(g, f"`{g}`") for g in group_cols]
         having_sql = self.spark_sql(having_tree, agg_node.columns) if having_tree is not None else None
         out = self.project(agg_node, exprs, having_sql, list(group_cols))

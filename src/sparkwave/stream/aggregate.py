@@ -5,6 +5,8 @@ State (`Aggregate.state_tables`):
 - `a<id>`: per group, the row count and each aggregate's partial: a count; a sum with its count of
   non-null inputs (sum and avg); the current min / max; the number of distinct values.
 - `a<id>v<n>`: per (group, value) of a min/max/count-distinct argument, how many input rows carry it.
+  An aggregate over an append-only input (`append_only`: rows are only ever inserted) keeps none
+  for min and max, which then only fold in new values (as RisingWave's append-only MIN/MAX).
 
 Per epoch: the touched groups' partials are looked up, the epoch's weighted partials added, and the
 value counts updated. A min or max is recomputed from the group's value counts only when a value
@@ -74,6 +76,7 @@ class Aggregate(Operator):
     group: list[str]  # the output's first columns and its key
     aggs: list[Agg]
     scalar: bool = False  # no GROUP BY: always one row
+    append_only: bool = False  # its input never retracts a row: min and max keep no value counts
 
     @property
     def inputs(self) -> list[Operator]:
@@ -87,6 +90,8 @@ class Aggregate(Operator):
             d["aggs"] = [a.to_json() for a in self.aggs]
         if self.scalar:
             d["scalar"] = True
+        if self.append_only:
+            d["append_only"] = True
         return d
 
     @classmethod
@@ -94,7 +99,7 @@ class Aggregate(Operator):
         (child,) = inputs
         return Aggregate(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
                          group=list(d.get("group", [])), aggs=[Agg.from_json(a) for a in d.get("aggs", [])],
-                         scalar=d.get("scalar", False))
+                         scalar=d.get("scalar", False), append_only=d.get("append_only", False))
 
     # --- state ---------------------------------------------------------------------------------
     @property
@@ -105,10 +110,12 @@ class Aggregate(Operator):
         return f"a{self.id}v{j}"
 
     def value_args(self) -> list[str]:
-        """The input columns whose values the aggregate counts per group (min, max, count distinct)."""
+        """The input columns whose values the aggregate counts per group (count distinct; min and
+        max unless the input is append-only)."""
+        counted = ("count_distinct",) if self.append_only else ("min", "max", "count_distinct")
         seen: list[str] = []
         for a in self.aggs:
-            if a.fn in ("min", "max", "count_distinct") and a.arg and a.arg not in seen:
+            if a.fn in counted and a.arg and a.arg not in seen:
                 seen.append(a.arg)
         return seen
 
@@ -161,6 +168,8 @@ class Aggregate(Operator):
         ptypes = dict(partials)
         w = d[W]
         pos = pc.greater(w, 0)
+        assert not self.append_only or pc.all(pos).as_py() is not False, \
+            f"BUG: aggregate {self.id}'s append-only input retracted a row"
         keys = distinct(d, group)
 
         # The epoch's additive partials per group.
@@ -186,6 +195,8 @@ class Aggregate(Operator):
 
         for j, arg in enumerate(self.value_args()):
             new, had = self._values(j, arg, d, states, new, had)
+        if self.append_only:
+            new = self._fold_extremes(d, new, had)
 
         new_count = pc.fill_null(new["_count"], 0)
         old_count = pc.fill_null(had["_count"], 0)
@@ -264,6 +275,26 @@ class Aggregate(Operator):
                 value = pc.if_else(redo_flag, merged["_rmax"], _fold(o, merged["_cmax"], pc.greater))
             merged = merged.append_column(f"p{i}", value.cast(o.type))
         return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]]), had
+
+    def _fold_extremes(self, d: pa.Table, new: pa.Table, had: pa.Table) -> pa.Table:
+        """An append-only input's min and max: each group's old extreme folded with the epoch's."""
+        group = self.group
+        counted = self.value_args()  # (their extremes come from their value counts)
+        mine = [(i, a) for i, a in enumerate(self.aggs) if a.fn in ("min", "max") and a.arg not in counted]
+        if not mine:
+            return new
+        args = list(dict.fromkeys(a.arg for _, a in mine if a.arg))
+        ext = pa.table({**{g: d[g] for g in group}, **{f"_x{k}": d[arg] for k, arg in enumerate(args)}}) \
+            .group_by(group, use_threads=False).aggregate([(f"_x{k}", fn) for k in range(len(args))
+                                                           for fn in ("min", "max")])
+        olds = had.select([*group, *[f"p{i}" for i, _ in mine]]).rename_columns([*group, *[f"_o{i}" for i, _ in mine]])
+        merged = ns_join(ns_join(new, olds, group, "left outer"), ext, group, "left outer")
+        for i, a in mine:
+            o = merged[f"_o{i}"]
+            better = pc.less if a.fn == "min" else pc.greater
+            epoch_extreme = merged[f"_x{args.index(a.arg or '')}_{a.fn}"]
+            merged = merged.append_column(f"p{i}", _fold(o, epoch_extreme, better).cast(o.type))
+        return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]])
 
     def _finalize(self, p: pa.Table) -> pa.Table:
         """The aggregate's output rows (group, values) from partials; absent partials count as empty."""
