@@ -13,6 +13,7 @@ import pytest
 import sparkwave
 from sparkwave.core.errors import CatalogError, DataError, NotRetainedError, SparkwaveError
 from sparkwave.frontend.dml import DML_SEQ_BASE
+from tests.oracle import rows_of
 
 
 def test_flush_waits_for_dml_staged_while_an_epoch_was_being_planned(session):
@@ -393,3 +394,22 @@ def test_a_long_run_keeps_the_catalog_history_and_the_delta_logs_bounded(spark, 
         s.flush()
         assert sorted(tuple(r) for r in s.table("m").collect()) == [(0, 4), (1, 5), (2, 5)]
         assert s.table("t").count() == 14
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "blocking"])
+def test_a_stateful_mv_dropped_and_created_again_under_its_name_starts_afresh(session, strategy):
+    """A DROP closes the MV's state tables too: the same name created again builds new ones (it
+    used to reuse the dropped ones' open Delta logs, and its backfill failed on a missing version)."""
+    session.sql("CREATE TABLE t (k int, g int, PRIMARY KEY (k))")
+    session.sql("INSERT INTO t VALUES (1, 1), (2, 1), (3, 2)")
+    session.flush()
+    mv = f"CREATE MATERIALIZED VIEW m WITH (backfill_strategy = '{strategy}') AS " \
+         "SELECT t.g, count(*) AS n FROM t JOIN t AS u ON t.g = u.g GROUP BY t.g"
+    session.sql(mv)
+    session.sql("INSERT INTO t VALUES (4, 2)")
+    session.flush()  # the state tables gain a log version past the new ones' first
+    session.sql("DROP MATERIALIZED VIEW m")
+    session.sql(mv)
+    session.sql("INSERT INTO t VALUES (5, 1)")
+    session.flush()
+    assert sorted(rows_of(session.table("m"))) == [(1, 9), (2, 4)]

@@ -39,8 +39,11 @@ class Store:
             return t
 
     def forget(self, name: str) -> None:
+        """Close a dropped relation's tables, its state tables (`<name>.<suffix>`) with it: a relation
+        created later under the same name must not reuse their open Delta logs."""
         with self._lock:
-            self._tables.pop(name, None)
+            for t in [t for t in self._tables if t == name or t.startswith(f"{name}.")]:
+                del self._tables[t]
 
     def retained_from(self, rel: Relation) -> int:
         return self.catalog.retained_from(rel.name, rel.created_epoch)
