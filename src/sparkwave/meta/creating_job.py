@@ -43,12 +43,14 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
+from pyspark.util import inheritable_thread_target
 
 from sparkwave.core.catalog import Chunk, JobRow, Phase, Relation
 from sparkwave.core.chunk import VNODES
@@ -63,6 +65,7 @@ from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
 from sparkwave.stream.dataflow import Dataflow
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
+MAX_WRITERS = 4  # a chunk's tables written at once
 
 
 class Strategy(StrEnum):
@@ -208,8 +211,8 @@ class CreatingJob:
 
     def _chunk(self, job: JobRow, rel: Relation, flow: Dataflow, lo: int, hi: int, rows: int,
                build: Callable[[], dict[str, DataFrame]], *, skip: bool = False) -> Step:
-        """One chunk: recorded in flight, its tables built and written as files, then recorded done
-        with them (a crash in between re-reads only this chunk)."""
+        """One chunk: recorded in flight, its tables built and written as files (concurrently), then
+        recorded done with them (a crash in between re-reads only this chunk)."""
         s = job.snapshot_epoch
         assert s is not None
         self.rt.catalog.start_chunk(self.job_id, lo, hi, rows)  # in flight: a crash from here re-reads it
@@ -219,13 +222,17 @@ class CreatingJob:
             crash_point("backfill_mid_chunk")
             if self.chunk_hook:
                 self.chunk_hook(lo, hi)
-            try:
-                for i, (name, df) in enumerate(built.items()):
-                    t = self.rt.relation(name.removesuffix(PARTIAL))
-                    whole = name.endswith(PARTIAL)  # read whole by the merge: neither sorted nor indexed
-                    files[name], _ = write_base_files(self.rt, t, self._share(df), f"_backfill_{lo}",
-                                                      f"s{s}-v{lo:03d}-t{i}-", sort=not (flow.root.stateless or whole),
-                                                      lookups=not whole)
+            @inheritable_thread_target(self.rt.spark)  # the job's pool and job group: a cancel stops the writes
+            def write(i: int, name: str, df: DataFrame) -> list[str]:
+                t = self.rt.relation(name.removesuffix(PARTIAL))
+                whole = name.endswith(PARTIAL)  # read whole by the merge: neither sorted nor indexed
+                return write_base_files(self.rt, t, self._share(df), f"_backfill_{lo}_t{i}", f"s{s}-v{lo:03d}-t{i}-",
+                                        sort=not (flow.root.stateless or whole), cluster=False, lookups=not whole)[0]
+
+            try:  # the tables are written concurrently, so that their Spark jobs' fixed costs overlap
+                with ThreadPoolExecutor(max_workers=min(MAX_WRITERS, len(built))) as pool:
+                    pending = {name: pool.submit(write, i, name, df) for i, (name, df) in enumerate(built.items())}
+                files = {name: f.result() for name, f in pending.items()}
             finally:
                 flow.release()
             crash_point("backfill_after_chunk_rows" if lo < VNODES else "backfill_after_merge_chunk")

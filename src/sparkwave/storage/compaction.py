@@ -37,11 +37,14 @@ STATE_ROW_GROUP_ROWS = 512
 
 
 def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
-                     sort: bool = True, lookups: bool = True) -> tuple[list[str], list[int]]:
+                     sort: bool = True, cluster: bool = True, lookups: bool = True) -> tuple[list[str], list[int]]:
     """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
     folder, so that a crash leaves either no file or whole files. The files are not part of any
-    base until committed. With `sort`, clustered by (vnode, key); a backfill chunk skips that: its
-    rows span a few vnodes only, and arrive almost in (vnode, key) order from the sorted upstream.
+    base until committed. With `sort`, each file is sorted by (vnode, key), and with `cluster` the
+    files cover disjoint vnode ranges (a range partitioning: a sampling job and a shuffle). A
+    stateless backfill chunk skips both: its rows span a few vnodes only, and arrive almost in
+    (vnode, key) order from the sorted upstream. A stateful one sorts without clustering: its files
+    overlap, which lookups (by each file's row-group ranges) do not mind.
     A state table's files have small row groups for point lookups, unless `lookups` is off (files
     only ever scanned whole: a chunked backfill's partials)."""
     stored = rt.stored(rel)
@@ -49,9 +52,10 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
     staging = stored.base_path / staging_name
     shutil.rmtree(staging, ignore_errors=True)
     out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
+    if sort and cluster:
+        out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
     if sort:
-        out = (out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
-               .sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key]))
+        out = out.sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
     writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
     if rel.kind == "state" and lookups:
         writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS)
