@@ -326,8 +326,11 @@ class Aggregate(Operator):
 
     def partial_batch(self, io: SnapshotIO) -> DataFrame:
         """The partials per group of the input's rows (persisted: they are the partials state's rows
-        and the output's source), with the value counts put in `io.state_rows` too."""
-        child = io.shared(self.input.batch(io))
+        and the output's source), with the value counts put in `io.state_rows` too. The input is
+        persisted only if it feeds value counts as well (q5's hop windows are 5x their input)."""
+        child = self.input.batch(io)
+        if self.value_args():  # the input feeds the value counts too: evaluated once for both
+            child = io.shared(child)
         parts: list[SparkColumn] = [F.count(F.lit(1)).alias("_count")]
         for i, a in enumerate(self.aggs):
             if a.fn == "count_star":
