@@ -1,8 +1,10 @@
 """Chaos: random DDL, DML, bulk loads, a datagen source, settings, compaction and retention in a
 child process SIGKILLed at random moments (and at random named crash points), restarted after each
 kill. After every restart and at the end, every relation equals the DuckDB oracle at every retained
-epoch that changed anything, the source holds each of its rows once, no file outside the warehouse
-was touched, and after a final compaction + retention no orphan file remains.
+epoch that changed anything (a seeded sample of `MAX_CHECKED_EPOCHS` after a restart, and at the end
+of a long run: checking all of a 30-minute run's epochs takes over an hour), the source holds each
+of its rows once, no file outside the warehouse was touched, and after a final compaction +
+retention no orphan file remains.
 
 The seed comes from `SPARKWAVE_CHAOS_SEED` (default 1 in CI; `make chaos` draws fresh seeds for
 `SPARKWAVE_CHAOS_MINUTES`); a failure names it, so the run can be replayed (the operations and
@@ -32,7 +34,7 @@ CRASH_POINTS = ["after_plan", "mid_execute", "mid_commit", "before_catalog_commi
                 "mid_compaction_after_delta", "backfill_mid_chunk", "backfill_after_chunk_rows",
                 "backfill_after_merge_chunk", "backfill_between_phases", "backfill_mid_log_store", "backfill_mid_merge"]
 KILL_WITHIN_S = 30.0  # a timed kill lands this long at most after the child is ready
-MAX_CHECKED_EPOCHS = 30  # per restart: a seeded sample beyond this (the final check takes them all)
+MAX_CHECKED_EPOCHS = 30  # per check: a seeded sample beyond this (a short run's final check takes all)
 
 
 @dataclass

@@ -168,7 +168,7 @@ class Aggregate(Operator):
         ptypes = dict(partials)
         w = d[W]
         pos = pc.greater(w, 0)
-        assert not self.append_only or pc.all(pos).as_py() is not False, \
+        assert not self.append_only or pc.all(pos).as_py(), \
             f"BUG: aggregate {self.id}'s append-only input retracted a row"
         keys = distinct(d, group)
 
