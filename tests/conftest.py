@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 import sparkwave
+from sparkwave.cli.kafka_broker import Broker
 from sparkwave.core.spark import create_spark
 
 
@@ -18,3 +19,10 @@ def session(spark, tmp_path):
     """A session whose epochs advance only on flush(): tests drive barriers deterministically."""
     with sparkwave.connect(tmp_path / "wh", spark=spark, barrier_interval_ms=3_600_000) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A real Kafka-protocol broker (noida-db) shared by the tests; each test uses its own topics."""
+    with Broker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker

@@ -8,6 +8,8 @@ is uncommitted work, redone or skipped on recovery. Tables:
 - `log_files(relation, epoch, path, rows, version)`: the epoch -> log file / Delta version map.
 - `base_files(relation, epoch, path, rows)` + `bases(relation, epoch, version)`: compacted bases.
 - `source_offsets(relation, split, offset)`: committed offsets, written with the epoch's commit.
+- `source_errors(relation, split, offset, epoch, error, raw)`: bad source records, committed with
+  the epoch that read them.
 - `dml(id, relation, path, rows, epoch)`: staged DML batches; `epoch` is set when planned.
 - `pins(id, relation, epoch, holder)`: snapshots retention must keep.
 - `jobs(...)`: one row per job (a table's ingestion or an MV); a creating job's phase and progress.
@@ -24,7 +26,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,6 +55,9 @@ CREATE TABLE IF NOT EXISTS base_files (
 CREATE INDEX IF NOT EXISTS base_files_rel ON base_files (relation, epoch);
 CREATE TABLE IF NOT EXISTS source_offsets (
     relation TEXT NOT NULL, split TEXT NOT NULL, "offset" INTEGER NOT NULL, PRIMARY KEY (relation, split));
+CREATE TABLE IF NOT EXISTS source_errors (
+    relation TEXT NOT NULL, split TEXT NOT NULL, "offset" INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    error TEXT NOT NULL, raw TEXT, PRIMARY KEY (relation, split, "offset"));
 CREATE TABLE IF NOT EXISTS dml (
     id INTEGER PRIMARY KEY AUTOINCREMENT, relation TEXT NOT NULL, path TEXT NOT NULL,
     rows INTEGER NOT NULL, epoch INTEGER);
@@ -288,14 +293,14 @@ class Catalog:
         db.execute("DELETE FROM jobs WHERE relation = ?", (name,))
         db.execute("DELETE FROM relations WHERE name = ?", (name,))
         db.execute("DELETE FROM settings WHERE key = ?", (f"retained_from.{name}",))
-        for table in ("log_files", "bases", "base_files", "source_offsets", "dml", "pins"):
+        for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "dml", "pins"):
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
 
     # --- epochs ---------------------------------------------------------------------------------
     def forget_orphans(self) -> None:
         """Files, offsets and pins of relations that no longer exist (a DROP that crashed midway)."""
         with self.transaction() as db:
-            for table in ("log_files", "bases", "base_files", "source_offsets", "pins"):
+            for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "pins"):
                 db.execute(f"DELETE FROM {table} WHERE relation NOT IN (SELECT name FROM relations)")
 
     def committed_epoch(self) -> int:
@@ -313,9 +318,13 @@ class Catalog:
             db.executemany("UPDATE dml SET epoch = ? WHERE id = ?", [(epoch, i) for i in dml_ids])
 
     def commit_epoch(self, epoch: int, logs: list[tuple[str, str, int, int]],
-                     offsets: dict[str, dict[str, int]], rows_in: int, latency_ms: float) -> None:
-        """Mark `epoch` committed with its log files `(relation, path, rows, version)` and offsets."""
+                     offsets: dict[str, dict[str, int]], rows_in: int, latency_ms: float,
+                     errors: Sequence[tuple[str, str, int, str, str | None]] = ()) -> None:
+        """Mark `epoch` committed with its log files `(relation, path, rows, version)`, offsets and
+        bad source records `(relation, split, offset, error, raw)`."""
         with self.transaction() as db:
+            db.executemany('INSERT OR REPLACE INTO source_errors VALUES (?, ?, ?, ?, ?, ?)',
+                           [(r, s, o, epoch, err, raw) for r, s, o, err, raw in errors])
             db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)",
                            [(r, epoch, self._stored(p), n, v) for r, p, n, v in logs])
             for rel, splits in offsets.items():
@@ -400,6 +409,28 @@ class Catalog:
     # --- sources and DML ------------------------------------------------------------------------
     def source_offsets(self, relation: str) -> dict[str, int]:
         return dict(self._all('SELECT split, "offset" FROM source_offsets WHERE relation = ?', (relation,)))
+
+    def source_ranges(self, relation: str, after: int = 0) -> list[tuple[int, dict[str, list[int]]]]:
+        """The offset ranges `{split: [start, end)}` each committed epoch after `after` read from
+        `relation`'s source, in epoch order (epochs that read nothing from it left out)."""
+        out = []
+        for epoch, plan in self._all("SELECT epoch, plan FROM epochs WHERE state = 'committed' AND epoch > ? "
+                                     "ORDER BY epoch", (after,)):
+            ranges = json.loads(plan).get("sources", {}).get(relation)
+            if ranges:
+                out.append((epoch, ranges))
+        return out
+
+    def set_source_offsets(self, db: sqlite3.Connection, relation: str, offsets: dict[str, int]) -> None:
+        """A source's starting offsets, decided at CREATE."""
+        db.executemany('INSERT OR REPLACE INTO source_offsets VALUES (?, ?, ?)',
+                       [(relation, s, o) for s, o in offsets.items()])
+
+    def source_errors(self, relation: str | None = None) -> list[tuple[str, str, int, int, str, str | None]]:
+        """Bad source records `(relation, split, offset, epoch, error, raw)` in offset order."""
+        return self._all('SELECT relation, split, "offset", epoch, error, raw FROM source_errors '
+                         "WHERE ? IS NULL OR relation = ? ORDER BY relation, CAST(split AS INTEGER), \"offset\"",
+                         (relation, relation))
 
     def stage_dml(self, relation: str, batches: list[tuple[str, int]]) -> None:
         """Record a statement's batches `(folder, rows)` together: a crash stages all or none."""

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def ensure_java() -> None:
 def create_spark(master: str | None = None) -> SparkSession:
     ensure_java()
     master = master or os.environ.get("SPARKWAVE_SPARK_MASTER", "local[*]")
+    # Python workers (the Kafka reader) need this interpreter's packages, not PATH's python3; the
+    # JVM, started below, inherits the setting.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(master).appName("sparkwave")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")

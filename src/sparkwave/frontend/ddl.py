@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sparkwave.connectors import make_connector
+from sparkwave.connectors import connector_class, make_connector
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.names import relation_name
@@ -74,15 +74,21 @@ class Ddl:
                 raise stmt.error(f"unsupported table element {item.sql(dialect='postgres')!r}")
         if not columns:
             raise stmt.error(f"table {name!r} needs at least one column")
+        options = stmt.args["options"]
+        if options and "connector" not in options:
+            raise stmt.error("WITH options of a table need connector = '...'", "WITH")
+        if options:
+            for extra in connector_class(name, options).extra_columns(options):
+                if any(c.name == extra.name for c in columns):
+                    raise stmt.error(f"column {extra.name!r} is taken by the connector's metadata column "
+                                     "(INCLUDE ... AS another name)", extra.name)
+                columns.append(extra)
         for k in key:
             if not any(c.name == k for c in columns):
                 raise stmt.error(f"primary key column {k!r} is not a column of {name!r}", k)
         append_only = stmt.args["append_only"]
         if append_only and key:
             raise stmt.error("an APPEND ONLY table has no primary key", "APPEND ONLY")
-        options = stmt.args["options"]
-        if options and "connector" not in options:
-            raise stmt.error("WITH options of a table need connector = '...'", "WITH")
         if options and not key:
             append_only = True
         if not key:
@@ -90,14 +96,20 @@ class Ddl:
             key = ["_row_id"]
         schema = Schema(tuple(columns), tuple(key), append_only)
         definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        offsets: dict[str, int] = {}
         if options:
-            make_connector(name, schema, options)  # validates the options
+            conn = make_connector(name, schema, options)  # validates the options
+            try:
+                offsets = conn.initial_offsets()  # reaches the outside system: an error here creates nothing
+            finally:
+                conn.close()
             definition["connector"] = options
         with self.locks.epoch:
             rel = Relation(name, "table", schema, definition, self.catalog.committed_epoch())
             self.rt.stored(rel).create()
             with self.catalog.transaction() as db:
                 self.catalog.add_relation(db, rel)
+                self.catalog.set_source_offsets(db, name, offsets)
 
 
     def create_mv(self, stmt: Statement) -> None:

@@ -62,6 +62,7 @@ class Session:
             self.catalog = Catalog(self.warehouse.catalog_path)
             self._undo.append(self.catalog.close)
             self.rt = Runtime(spark, self.warehouse, self.catalog)
+            self._undo.append(self.rt.close_connectors)
             self.locks = Locks()
             self.loop = BarrierLoop(self.rt, self.locks, barrier_interval_ms, on_epoch)
             self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop, self.loop.request_barrier)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import DataFrame
 
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.progress import job_infos
+from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
-from sparkwave.storage.store import Store
 from sparkwave.stream.plan import state_purpose
 
 
-def show(rt: Store, stmt: Statement) -> DataFrame:
+def show(rt: Runtime, stmt: Statement) -> DataFrame:
     what = stmt.args["what"]
     rels = rt.catalog.relations()
     if what == "TABLES":
@@ -19,6 +21,14 @@ def show(rt: Store, stmt: Statement) -> DataFrame:
     if what == "MATERIALIZED VIEWS":
         return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels if r.kind == "mv"],
                                     "name string, definition string")
+    if what == "SOURCES":
+        return _sources(rt)
+    if what == "SOURCE ERRORS":
+        if stmt.args["name"]:
+            rt.relation(stmt.args["name"])  # a clear error if there is no such relation
+        return rt.spark.createDataFrame(
+            [(r, int(p), o, e, err, raw) for r, p, o, e, err, raw in rt.catalog.source_errors(stmt.args["name"])],
+            "relation string, partition int, offset bigint, epoch bigint, error string, raw string")
     return rt.spark.createDataFrame(
         [(j.id, j.name, j.kind, j.strategy, j.phase, j.rows_done, j.rows_total, j.percent, j.rows_per_second,
           j.eta_seconds, j.lag_epochs, j.lag_seconds, j.rate_limit, j.started_at.replace(tzinfo=None),
@@ -30,7 +40,7 @@ def show(rt: Store, stmt: Statement) -> DataFrame:
         "held_back int, error string, upstreams string, chunks_reread int")
 
 
-def describe(rt: Store, stmt: Statement) -> DataFrame:
+def describe(rt: Runtime, stmt: Statement) -> DataFrame:
     """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
     rel = rt.relation(stmt.args["name"])
     rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
@@ -40,3 +50,24 @@ def describe(rt: Store, stmt: Statement) -> DataFrame:
         rows.append((state.name, "internal table", None, None, state_purpose(suffix, state.schema.key)))
     return rt.spark.createDataFrame(
         rows, "name string, type string, is_key boolean, is_hidden boolean, description string")
+
+
+def _sources(rt: Runtime) -> DataFrame:
+    """Each relation fed by a connector: where it reads, how far it has committed, how many bad
+    records it set aside, and why it is not advancing if it is not."""
+    errors: dict[str, int] = {}
+    for r, *_ in rt.catalog.source_errors():
+        errors[r] = errors.get(r, 0) + 1
+    rows = []
+    for rel in rt.catalog.relations():
+        options = rel.definition.get("connector")
+        if not options:
+            continue
+        conn = rt.connector(rel)
+        offsets = rt.catalog.source_offsets(rel.name)
+        rows.append((rel.name, options.get("connector"), options.get("topic"), len(offsets),
+                     json.dumps(dict(sorted(offsets.items(), key=lambda o: int(o[0]) if o[0].isdigit() else 0))),
+                     errors.get(rel.name, 0), conn.status if conn is not None else None))
+    return rt.spark.createDataFrame(
+        rows, "name string, connector string, topic string, splits int, committed_offsets string, "
+              "bad_records bigint, status string")

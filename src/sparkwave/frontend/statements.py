@@ -77,6 +77,8 @@ def split(text: str) -> list[tuple[str, int, int]]:
 
 _NAME = r"([A-Za-z_][A-Za-z0-9_]*)"  # a relation's name is further checked by core/names.py
 _OPTIONS = re.compile(r"\bWITH\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
+_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z_]+)\s+ENCODE\s+([A-Za-z_]+)\s*$", re.IGNORECASE)
+_INCLUDE = re.compile(r"\bINCLUDE\s+(partition|offset|timestamp|key)(?:\s+AS\s+" + _NAME + r")?\s*$", re.IGNORECASE)
 _OPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*('(?:[^']|'')*'|[-+]?[0-9.]+|[A-Za-z_]+)\s*(?:,|$)")
 
 
@@ -123,11 +125,16 @@ def classify(text: str, line: int, col: int) -> Statement:
     if head.startswith("ALTER"):
         raise base.error("unsupported ALTER statement; supported: ALTER MATERIALIZED VIEW name SET "
                          "BACKFILL_RATE_LIMIT = n | DEFAULT")
-    m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS)", text, re.IGNORECASE)
+    m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS|SOURCES|SOURCE\s+ERRORS)(?:\s+FROM\s+" + _NAME + ")?",
+                     text, re.IGNORECASE)
     if m:
-        return Statement(text, line, col, "show", args={"what": " ".join(m.group(1).upper().split())})
+        what = " ".join(m.group(1).upper().split())
+        if m.group(2) and what != "SOURCE ERRORS":
+            raise base.error(f"SHOW {what} takes no FROM", "FROM")
+        return Statement(text, line, col, "show", args={"what": what, "name": (m.group(2) or "").lower() or None})
     if head.startswith("SHOW"):
-        raise base.error("unsupported SHOW statement; supported: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW JOBS")
+        raise base.error("unsupported SHOW statement; supported: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW JOBS, "
+                         "SHOW SOURCES, SHOW SOURCE ERRORS [FROM name]")
     m = re.fullmatch(r"(?:DESCRIBE|DESC)\s+" + _NAME, text, re.IGNORECASE)
     if m:
         return Statement(text, line, col, "describe", args={"name": m.group(1).lower()})
@@ -181,9 +188,17 @@ def _create_table(base: Statement) -> Statement:
     text = base.text
     options: dict[str, str] = {}
     body = text
+    m = _FORMAT.search(body)
+    if m:
+        options.update({"format": m.group(1).lower(), "encode": m.group(2).lower()})
+        body = body[: m.start()]
     m = _OPTIONS.search(body)
     if m:
-        options = parse_options(text, m.group(1))
+        options = {**parse_options(text, m.group(1)), **options}
+        body = body[: m.start()]
+    while m := _INCLUDE.search(body):  # RisingWave's INCLUDE clauses, last first
+        what = m.group(1).lower()
+        options[f"include.{what}"] = (m.group(2) or f"_rw_kafka_{what}").lower()
         body = body[: m.start()]
     append_only = False
     m2 = re.search(r"\bAPPEND\s+ONLY\s*$", body.rstrip(), re.IGNORECASE)

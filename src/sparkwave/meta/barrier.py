@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
+from sparkwave.connectors.base import ERROR, RAW
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import with_vnode
 from sparkwave.core.crash import crash_point
@@ -62,6 +63,7 @@ class _Epoch:
     plan: dict
     chunks: dict[str, pa.Table | None] = field(default_factory=dict)
     more: bool = False  # staged DML is left for the next epoch
+    errors: list[tuple[str, str, int, str, str]] = field(default_factory=list)  # bad source records
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -241,25 +243,15 @@ class BarrierLoop:
 
     def _plan(self, e: _Epoch) -> list[int]:
         sources: dict[str, dict[str, list[int]]] = {}
-        # A source's rate is per second of wall time since the previous epoch (or since the loop
-        # started; at most one barrier interval's worth); the offsets become part of the persisted
-        # plan, so a replay reads the same rows.
+        # A generated source's rate is per second of wall time since the previous epoch (or since
+        # the loop started; at most one barrier interval's worth); the offsets become part of the
+        # persisted plan, so a replay reads the same rows.
         since = self.rt.catalog.last_planned_at() or self.started_at
         elapsed_ms = min(self.interval_ms, max(0, (time.time() - since) * 1000))
         for rel in self.rt.catalog.relations():
             conn = self.rt.connector(rel)
-            if conn is None:
-                continue
-            committed = self.rt.catalog.source_offsets(rel.name)
-            per_epoch = max(1, int(conn.rows_per_second * elapsed_ms / 1000) // max(1, len(conn.splits)))
-            for split in conn.splits:
-                start = committed.get(split, 0)
-                end = start + per_epoch
-                limit = conn.limit(split)
-                if limit is not None:
-                    end = min(end, limit)
-                if end > start:
-                    sources.setdefault(rel.name, {})[split] = [start, end]
+            if conn is not None and (ranges := conn.plan(self.rt.catalog.source_offsets(rel.name), elapsed_ms)):
+                sources[rel.name] = ranges
         # Staged DML in statement order, whole batches up to `dml_rows_per_epoch` rows (at least one):
         # an epoch's input stays bounded, and what is left goes to the next epoch at once.
         budget = Settings(self.rt.catalog).dml_rows_per_epoch
@@ -307,7 +299,7 @@ class BarrierLoop:
         latency = (time.time() - t0) * 1000
         if rows_in:
             self.busy_at = time.time()
-        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency)
+        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.errors)
         self._forget_consumed_dml()  # before waking flush(): what it waited for is committed and tidied
         with self._committed:
             self._done_ticket = max(self._done_ticket, self._planned_under.pop(e.epoch, 0))
@@ -327,6 +319,7 @@ class BarrierLoop:
             return self._mv_step(rel, e)
         stored = self.rt.stored(rel)
         if stored.log_committed(e.epoch):
+            self._reread_bad_records(rel, e)
             return stored.read_log_epoch(e.epoch)
         chunk = self._table_step(rel, e, dml)
         if chunk is not None and chunk.num_rows > 0:
@@ -338,9 +331,10 @@ class BarrierLoop:
         spark = self.rt.spark
         parts: list[DataFrame] = []
         conn = self.rt.connector(rel)
-        for split, (start, end) in e.plan.get("sources", {}).get(rel.name, {}).items():
+        ranges = e.plan.get("sources", {}).get(rel.name)
+        if ranges:
             assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
-            parts.append(conn.rows(spark, split, start, end).withColumn("_op", F.lit(4).cast("tinyint")))
+            parts.append(conn.read(spark, ranges))
         files = [path for _, r, path, _ in dml if r == rel.name]
         if files:
             parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
@@ -348,10 +342,33 @@ class BarrierLoop:
             return None
         intents = parts[0]
         for p in parts[1:]:
-            intents = intents.unionByName(p)
-        chunk = with_vnode(intents, rel.schema).toArrow()
+            intents = intents.unionByName(p, allowMissingColumns=True)
+        keep = (ERROR, RAW) if ERROR in intents.columns else ()
+        chunk = self._set_aside_bad_records(rel, e, with_vnode(intents, rel.schema, keep).toArrow())
         return materialize_table(chunk, rel.schema, e.epoch,
                                  lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
+
+    def _reread_bad_records(self, rel: Relation, e: _Epoch) -> None:
+        """A replayed epoch whose log Delta already holds: its bad records, not yet in the catalog,
+        are read again (a crash between the two commits is rare; the range is read once more)."""
+        conn, ranges = self.rt.connector(rel), e.plan.get("sources", {}).get(rel.name)
+        if conn is not None and ranges and conn.has_bad_records:
+            bad = conn.read(self.rt.spark, ranges).where(f"{ERROR} IS NOT NULL").select("_seq", ERROR, RAW)
+            self._set_aside_bad_records(rel, e, bad.toArrow())
+
+    def _set_aside_bad_records(self, rel: Relation, e: _Epoch, chunk: pa.Table) -> pa.Table:
+        """The chunk without its bad records (`_error` set by the connector), which are kept in
+        `e.errors` and committed to the catalog with the epoch."""
+        if ERROR not in chunk.column_names:
+            return chunk
+        bad = pc.is_valid(chunk[ERROR])
+        if pc.any(bad).as_py():
+            rows = chunk.filter(bad).select(["_seq", ERROR, RAW]).to_pylist()
+            conn = self.rt.connector(rel)
+            assert conn is not None, f"BUG: bad records in {rel.name!r}, which has no connector"
+            e.errors.extend((rel.name, *conn.position(r["_seq"]), r[ERROR], r[RAW]) for r in rows)
+            chunk = chunk.filter(pc.invert(bad))
+        return chunk.drop_columns([ERROR, RAW])
 
     def _mv_step(self, rel: Relation, e: _Epoch) -> pa.Table | None:
         inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in rel.upstreams

@@ -28,4 +28,12 @@ class Runtime(Store):
     def forget(self, name: str) -> None:
         super().forget(name)
         with self._lock:
-            self._connectors.pop(name, None)
+            conn = self._connectors.pop(name, None)
+        if conn is not None:
+            conn.close()
+
+    def close_connectors(self) -> None:
+        with self._lock:
+            conns, self._connectors = list(self._connectors.values()), {}
+        for conn in conns:
+            conn.close()

@@ -1,0 +1,201 @@
+"""The Kafka connector, with RisingWave's options:
+
+    CREATE TABLE t (...) [INCLUDE partition | offset | timestamp | key [AS name] ...]
+      WITH (connector = 'kafka', topic = '...', properties.bootstrap.server = 'host:port',
+            scan.startup.mode = 'earliest' | 'latest', scan.startup.timestamp.millis = '...',
+            source_rate_limit = n, max.rows.per.epoch = n, properties.<librdkafka option> = '...')
+      FORMAT PLAIN | UPSERT ENCODE JSON
+
+A split is a partition, an offset is Kafka's. The driver plans each epoch's range per partition
+from the broker's watermarks (bounded, so a backlog is taken over several epochs); the ranges are
+persisted with the epoch's plan and read by Spark tasks (`kafka_reader.py`), so a replay reads
+the same messages. Partitions added to the topic are picked up at the next epoch, from their first
+offset. A broker that cannot be reached makes the source skip epochs (the rest of the pipeline goes
+on) and says why in `status`, until it is back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkwave.connectors.base import ERROR, RAW, Connector
+from sparkwave.connectors.kafka_reader import (
+    FORMAT_NAME,
+    SEQ_PARTITION_SHIFT,
+    KafkaRangeSource,
+    ReadSpec,
+    consumer_config,
+)
+from sparkwave.core.errors import SqlError
+from sparkwave.core.schema import Column, Schema, parse_type
+
+log = logging.getLogger("sparkwave.kafka")
+
+METADATA = {"partition": "int", "offset": "bigint", "timestamp": "timestamptz", "key": "varchar"}
+DEFAULT_MAX_ROWS_PER_EPOCH = 200_000
+TASK_OFFSETS = 250_000  # a longer range is read by several Spark tasks
+BROKER_TIMEOUT_S = 3.0
+KNOWN = {"connector", "topic", "properties.bootstrap.server", "properties.bootstrap.servers",
+         "scan.startup.mode", "scan.startup.timestamp.millis", "source_rate_limit", "max.rows.per.epoch",
+         "format", "encode"}
+
+_registered: set[int] = set()
+_registered_lock = threading.Lock()
+
+
+def metadata_column(options: dict[str, str], what: str) -> str:
+    """The column carrying message metadata `what`: `INCLUDE what AS name` names it (visible),
+    else it is the hidden `_rw_kafka_<what>` (partition, offset, timestamp; selectable by name)."""
+    return options.get(f"include.{what}", f"_rw_kafka_{what}")
+
+
+class Kafka(Connector):
+    rate_option = "source_rate_limit"
+    has_bad_records = True
+
+    @staticmethod
+    def extra_columns(options: dict[str, str]) -> list[Column]:
+        out = []
+        for what, type_name in METADATA.items():
+            if what == "key" and "include.key" not in options:
+                continue
+            name = metadata_column(options, what)
+            out.append(Column(name, parse_type(type_name), hidden=f"include.{what}" not in options))
+        return out
+
+    def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
+        super().__init__(table, schema, options)
+        where = f"source {table!r}"
+        unknown = sorted(k for k in options if k not in KNOWN and not k.startswith(("properties.", "include.")))
+        if unknown:
+            raise SqlError(f"{where}: unknown Kafka option(s) {', '.join(unknown)}")
+        self.topic = options.get("topic") or ""
+        if not self.topic:
+            raise SqlError(f"{where}: the Kafka connector needs topic = '...'")
+        self.bootstrap = options.get("properties.bootstrap.server") or options.get("properties.bootstrap.servers") or ""
+        if not self.bootstrap:
+            raise SqlError(f"{where}: the Kafka connector needs properties.bootstrap.server = 'host:port'")
+        self.properties = {k[len("properties."):]: v for k, v in options.items()
+                           if k.startswith("properties.") and not k.startswith("properties.bootstrap.")}
+        self.mode = options.get("scan.startup.mode", "earliest").lower()
+        if self.mode not in ("earliest", "latest"):
+            raise SqlError(f"{where}: scan.startup.mode must be 'earliest' or 'latest', not {self.mode!r}")
+        self.startup_ms = self.int_option("scan.startup.timestamp.millis", -1)
+        fmt, enc = options.get("format", "plain").lower(), options.get("encode", "json").lower()
+        if enc != "json":
+            raise SqlError(f"{where}: ENCODE {enc.upper()} is not supported; supported: ENCODE JSON")
+        if fmt not in ("plain", "upsert"):
+            raise SqlError(f"{where}: FORMAT {fmt.upper()} is not supported; supported: FORMAT PLAIN, FORMAT UPSERT")
+        self.upsert = fmt == "upsert"
+        if self.upsert and schema.append_only:
+            raise SqlError(f"{where}: FORMAT UPSERT needs a PRIMARY KEY (the message key)")
+        if not self.upsert and not schema.append_only:
+            raise SqlError(f"{where}: a table with a PRIMARY KEY reads Kafka with FORMAT UPSERT ENCODE JSON "
+                           "(FORMAT PLAIN is append-only)")
+        self.max_rows_per_epoch = self.int_option("max.rows.per.epoch", DEFAULT_MAX_ROWS_PER_EPOCH)
+        if self.max_rows_per_epoch < 1:
+            raise SqlError(f"{where}: max.rows.per.epoch must be at least 1")
+        self.rate_limit = self.int_option("source_rate_limit", -1)
+        roles = {metadata_column(options, w): w for w in METADATA if w != "key" or "include.key" in options}
+        if schema.append_only:
+            roles["_row_id"] = "row_id"
+        self.spec = ReadSpec(self.bootstrap, self.topic, self.properties,
+                             [(c.name, c.type.name) for c in schema.columns], roles, list(schema.key), self.upsert)
+        self._retry_at = 0.0
+        self._failures = 0
+        self._consumer: Any = None
+
+    # --- the broker, from the driver ------------------------------------------------------------
+    def _client(self) -> Any:
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+            self._consumer = Consumer(consumer_config(self.bootstrap, self.properties))
+        return self._consumer
+
+    def partitions(self) -> list[int]:
+        """The topic's partitions; raises SqlError if the broker or the topic cannot be reached."""
+        try:
+            md = self._client().list_topics(self.topic, timeout=BROKER_TIMEOUT_S)
+        except Exception as e:
+            raise SqlError(f"source {self.table!r}: Kafka broker {self.bootstrap} cannot be reached: {e}") from None
+        t = md.topics.get(self.topic)
+        if t is None or t.error is not None or not t.partitions:
+            reason = t.error.str() if t is not None and t.error is not None else "no partitions"
+            raise SqlError(f"source {self.table!r}: Kafka topic {self.topic!r} on {self.bootstrap} is not "
+                           f"usable: {reason}")
+        return sorted(t.partitions)
+
+    def watermarks(self, p: int) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+        low, high = self._client().get_watermark_offsets(TopicPartition(self.topic, p),
+                                                         timeout=BROKER_TIMEOUT_S, cached=False)
+        return int(low), int(high)
+
+    def initial_offsets(self) -> dict[str, int]:
+        """Where each partition starts, decided at CREATE (later partitions start at their first
+        offset): a CREATE fails here, with the reason, when the broker or topic is not there."""
+        parts = self.partitions()
+        if self.startup_ms >= 0:
+            from confluent_kafka import TopicPartition
+            found = self._client().offsets_for_times([TopicPartition(self.topic, p, self.startup_ms) for p in parts],
+                                                     timeout=BROKER_TIMEOUT_S)
+            return {str(tp.partition): (tp.offset if tp.offset >= 0 else self.watermarks(tp.partition)[1])
+                    for tp in found}
+        return {str(p): self.watermarks(p)[0 if self.mode == "earliest" else 1] for p in parts}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # --- planning and reading -------------------------------------------------------------------
+    def position(self, seq: int) -> tuple[str, int]:
+        return str(seq >> SEQ_PARTITION_SHIFT), seq & ((1 << SEQ_PARTITION_SHIFT) - 1)
+
+    def plan(self, committed: dict[str, int], elapsed_ms: float) -> dict[str, list[int]]:
+        if self.rate_limit == 0 or time.time() < self._retry_at:
+            return {}
+        try:
+            parts = self.partitions()
+            marks = {p: self.watermarks(p) for p in parts}
+        except Exception as e:
+            self._failures += 1
+            self._retry_at = time.time() + min(30.0, 2.0 ** self._failures)
+            reason = str(e).split(": ", 1)[-1] if isinstance(e, SqlError) else str(e)
+            if self.status != reason:
+                log.warning("source %r is not advancing: %s", self.table, reason)
+            self.status = reason
+            return {}
+        self._failures, self.status = 0, None
+        budget = self.max_rows_per_epoch
+        if self.rate_limit > 0:
+            budget = min(budget, max(1, int(self.rate_limit * elapsed_ms / 1000)))
+        per_partition = max(1, budget // len(parts))
+        ranges: dict[str, list[int]] = {}
+        for p, (low, high) in marks.items():
+            start = max(committed.get(str(p), low), low)  # below `low`: retention removed them
+            end = min(high, start + per_partition)
+            if end > start:
+                ranges[str(p)] = [start, end]
+        return ranges
+
+    def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
+        with _registered_lock:
+            if id(spark) not in _registered:
+                spark.dataSource.register(KafkaRangeSource)
+                _registered.add(id(spark))
+        tasks = [[int(p), lo, min(hi, lo + TASK_OFFSETS)]
+                 for p, (start, hi) in sorted(ranges.items(), key=lambda r: int(r[0]))
+                 for lo in range(start, hi, TASK_OFFSETS)]
+        ddl = ", ".join([f"`{c.name}` {c.type.spark}" for c in self.schema.columns]
+                        + ["_op tinyint", "_seq bigint", f"{ERROR} string", f"{RAW} string"])
+        return (spark.read.format(FORMAT_NAME).option("schema", ddl).option("spec", self.spec.to_json())
+                .option("ranges", json.dumps(tasks)).load())
+
+    def rows(self, spark: SparkSession, split: str, start: int, end: int) -> DataFrame:
+        return self.read(spark, {split: [start, end]})

@@ -1,0 +1,230 @@
+"""Reading planned Kafka offset ranges on Spark: a Python data source whose partitions are
+`(partition, start, end)` ranges, read by Spark's Python workers with `confluent-kafka`.
+
+Exactly once comes from the plan, not from Kafka: the driver decides each range and persists it
+with the epoch, a task reads exactly `[start, end)` and nothing else, and no consumer-group offset
+is committed or trusted. Each message becomes a row (decoded from JSON) or a bad record (`_error`
+set, the raw payload kept), so one malformed message never fails the epoch nor is lost.
+
+Rows carry the stored columns of the relation, in order, then `_op`, `_seq`, `_error`, `_raw`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from sparkwave.connectors.base import ERROR, RAW
+from sparkwave.connectors.json_decode import BadRecord, JsonDecoder
+
+FORMAT_NAME = "sparkwave_kafka"
+SEQ_PARTITION_SHIFT = 40  # `_seq` and `_row_id` = partition << 40 | offset: unique and replayable
+BATCH_ROWS = 8192
+RAW_KEPT = 2000  # characters of a bad record's payload kept in the error table
+IDLE_CHECK_S = 2.0  # no message for this long: ask the broker whether the range still exists
+READ_TIMEOUT_S = 60.0  # ... and give up (the epoch fails and is replayed) after this long
+UPSERT, KEY_DELETE = 4, 5  # core/chunk.py's intents; append-only tables log every row as an insert
+
+_ARROW = {
+    "boolean": pa.bool_(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
+    "real": pa.float32(), "double": pa.float64(), "varchar": pa.string(), "date": pa.date32(),
+    "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(type_name: str) -> pa.DataType:
+    if type_name.startswith("decimal("):
+        p, s = type_name[len("decimal("):-1].split(",")
+        return pa.decimal128(int(p), int(s))
+    return _ARROW[type_name]
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What a task needs to read and decode: travels to the workers as the data source's options."""
+
+    bootstrap: str
+    topic: str
+    properties: dict[str, str]
+    columns: list[tuple[str, str]]  # stored columns (name, type) in order
+    roles: dict[str, str]  # column -> 'row_id' | 'partition' | 'offset' | 'timestamp' | 'key'
+    key: list[str]  # the primary key (upsert format)
+    upsert: bool
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @staticmethod
+    def from_json(s: str) -> ReadSpec:
+        d = json.loads(s)
+        d["columns"] = [tuple(c) for c in d["columns"]]
+        return ReadSpec(**d)
+
+
+class KafkaRangeSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        return self.options["schema"]
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _Reader(ReadSpec.from_json(self.options["spec"]), json.loads(self.options["ranges"]))
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, spec: ReadSpec, ranges: list[list[int]]) -> None:
+        self.spec = spec
+        self.ranges = ranges
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(tuple(r)) for r in self.ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        p, start, end = partition.value
+        yield from read_range(self.spec, p, start, end)
+
+
+def consumer_config(bootstrap: str, properties: dict[str, str]) -> dict[str, Any]:
+    """A consumer that commits nothing to the broker; its client logs go to Python logging (what
+    matters reaches the user as an error or a source's status), not to stderr."""
+    return {"bootstrap.servers": bootstrap, "group.id": "sparkwave", "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+            "enable.partition.eof": False, "logger": logging.getLogger("sparkwave.kafka.client"), **properties}
+
+
+def read_range(spec: ReadSpec, p: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """The decoded rows of offsets `[start, end)` of partition `p`, in offset order. Offsets the
+    broker no longer has (retention, compaction) are skipped; a range the broker cannot serve at all
+    raises, so the epoch fails and is replayed rather than committed half-read."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    batch = _Batch(spec)
+    consumer = Consumer(consumer_config(spec.bootstrap, spec.properties))
+    try:
+        consumer.assign([TopicPartition(spec.topic, p, start)])
+        pos, idle_since, last_error = start, time.monotonic(), ""
+        while pos < end:
+            msgs = consumer.consume(min(BATCH_ROWS, end - pos), timeout=0.5)
+            for m in msgs:
+                if m.error() is not None:
+                    last_error = str(m.error())
+                    continue
+                offset = m.offset() or 0
+                if offset >= end:
+                    pos = end
+                    break
+                pos = offset + 1
+                batch.add(p, m)
+            if msgs:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > IDLE_CHECK_S and pos < end:
+                pos = _skip_missing(consumer, TopicPartition(spec.topic, p), pos, end, idle_since, last_error)
+            if batch.rows >= BATCH_ROWS:
+                yield batch.flush()
+        if batch.rows:
+            yield batch.flush()
+    finally:
+        consumer.close()
+
+
+def _skip_missing(consumer: Any, tp: Any, pos: int, end: int, idle_since: float, last_error: str) -> int:
+    """Where reading goes on after a silence: past the range if the broker has dropped the rest of
+    it, else where it was; raises once the silence has lasted `READ_TIMEOUT_S`."""
+    try:
+        low, _high = consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
+        position = consumer.position([tp])[0].offset
+    except Exception as e:  # the broker is unreachable: wait for it up to the timeout
+        low, position, last_error = -1, -1, str(e)
+    if low >= end or position >= end:
+        return end
+    if time.monotonic() - idle_since > READ_TIMEOUT_S:
+        raise RuntimeError(f"Kafka topic {tp.topic!r} partition {tp.partition}: offsets {pos}..{end - 1} "
+                           f"could not be read within {READ_TIMEOUT_S:.0f} s"
+                           + (f" ({last_error})" if last_error else ""))
+    return pos
+
+
+class _Batch:
+    """Rows being decoded, column by column, flushed as Arrow record batches."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
+        self.value_cols = [(n, t) for n, t in spec.columns if n not in spec.roles]
+        self.decoder = JsonDecoder(self.value_cols)
+        self.key_decoder = JsonDecoder([(n, t) for n, t in spec.columns if n in spec.key])
+        self.schema = pa.schema([*(pa.field(n, arrow_type(t)) for n, t in spec.columns),
+                                 pa.field("_op", pa.int8()), pa.field("_seq", pa.int64()),
+                                 pa.field(ERROR, pa.string()), pa.field(RAW, pa.string())])
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols: dict[str, list[Any]] = {f.name: [] for f in self.schema}
+        self.rows = 0
+
+    def add(self, p: int, m: Any) -> None:
+        offset, value, key = m.offset(), m.value(), m.key()
+        ts_type, ts_ms = m.timestamp()
+        meta = {"row_id": (p << SEQ_PARTITION_SHIFT) | offset, "partition": p, "offset": offset,
+                "timestamp": dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC) if ts_type and ts_ms >= 0 else None,
+                "key": key.decode("utf-8", "replace") if key is not None else None}
+        op, error, values = UPSERT, None, {}
+        try:
+            if value is None:
+                if not self.spec.upsert:
+                    raise BadRecord("message has no value (a tombstone) but the format is PLAIN")
+                op, values = KEY_DELETE, self._key_values(key)
+            else:
+                values = dict(zip([n for n, _ in self.value_cols], self.decoder.decode(value), strict=True))
+                if self.spec.upsert:
+                    missing = [k for k in self.spec.key if values.get(k) is None]
+                    if missing:
+                        values.update({k: v for k, v in self._key_values(key).items() if k in missing})
+        except BadRecord as e:
+            error, values = str(e), {}
+        for name, _ in self.spec.columns:
+            role = self.spec.roles.get(name)
+            self.cols[name].append(meta[role] if role else values.get(name))
+        self.cols["_op"].append(op)
+        self.cols["_seq"].append(meta["row_id"])
+        self.cols[ERROR].append(error)
+        self.cols[RAW].append(None if error is None else _raw(value, key))
+        self.rows += 1
+
+    def _key_values(self, key: bytes | None) -> dict[str, Any]:
+        if key is None:
+            raise BadRecord("an upsert message needs a key (the primary key)")
+        try:
+            obj = json.loads(key)
+        except ValueError:
+            obj = key.decode("utf-8", "replace")
+        if not isinstance(obj, dict):
+            if len(self.spec.key) != 1:
+                raise BadRecord(f"the message key must be a JSON object with {', '.join(self.spec.key)}")
+            obj = {self.spec.key[0]: obj}
+        values = dict(zip(self.spec.key, self.key_decoder.values(obj), strict=True))
+        missing = [k for k, v in values.items() if v is None]
+        if missing:
+            raise BadRecord(f"the message key has no {', '.join(missing)}")
+        return values
+
+    def flush(self) -> pa.RecordBatch:
+        out = pa.RecordBatch.from_arrays([pa.array(self.cols[f.name], f.type) for f in self.schema],
+                                         schema=self.schema)
+        self._reset()
+        return out
+
+
+def _raw(value: bytes | None, key: bytes | None) -> str:
+    text = "" if value is None else value.decode("utf-8", "replace")
+    if value is None and key is not None:
+        text = "key: " + key.decode("utf-8", "replace")
+    return text if len(text) <= RAW_KEPT else text[:RAW_KEPT] + "..."

@@ -1,0 +1,213 @@
+"""Kafka tables on a real Kafka-protocol broker (noida-db, started by the test setup): every MV
+equals DuckDB over exactly the messages its epoch's committed offsets cover, bad records are set
+aside with their partition and offset, and a broker that goes away stops only its source."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sparkwave
+from sparkwave.cli.kafka_broker import Broker, free_port
+from sparkwave.core.errors import SqlError
+from tests.kafka_util import Topic, check_epoch, offsets_at, plain_rows, read_by, upsert_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+EV_DDL = "id INTEGER, name VARCHAR, price DOUBLE, p INTEGER, o BIGINT"
+EV_COLS = ["id", "name", "price"]
+MVS = {
+    "cheap": "SELECT id, name, price FROM ev WHERE price < 50",
+    "per_partition": "SELECT p, count(*) AS n, sum(price) AS total, max(o) AS last FROM ev GROUP BY p",
+    "named": "SELECT ev.id, d.label FROM ev JOIN d ON ev.p = d.k",
+}
+
+
+def event(i: int) -> dict:
+    return {"id": i, "name": f"n{i % 7}", "price": (i * 37) % 100 + 0.5}
+
+
+def good(obj: dict) -> bool:
+    return isinstance(obj.get("id"), int) and not isinstance(obj.get("id"), bool)
+
+
+def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafka):
+    topic = Topic(kafka.bootstrap, 3)
+    for i in range(30):
+        topic.produce(event(i), i % 3)
+    topic.flush()
+    session.sql(f"CREATE TABLE ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
+                f"WITH ({topic.options(**{'max.rows.per.epoch': '45'})}) FORMAT PLAIN ENCODE JSON")
+    session.sql("CREATE TABLE d (k int PRIMARY KEY, label varchar)")
+    session.sql("INSERT INTO d VALUES (0, 'zero'), (1, 'one'), (3, 'three')")
+    for name, sql in MVS.items():
+        session.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    epochs = [session.flush()]
+    for r in range(4):
+        for i in range(100 * r, 100 * r + 70):
+            topic.produce(event(i + 1000), i % 3)
+        if r == 1:  # bad records interleaved with good ones
+            topic.produce(b"{not json", 1)
+            topic.produce({"id": "seven", "name": "x", "price": 1.0}, 2)
+            topic.produce(b"[1, 2]", 0)
+        topic.flush()
+        epochs += [session.flush(), session.flush()]
+    while offsets_at(session, "ev", epochs[-1]) != {p: 1 + max(m.offset for m in topic.messages if m.partition == p)
+                                                   for p in range(3)}:
+        epochs.append(session.flush())
+    sizes = [sum(end - start for start, end in ranges.values()) for _, ranges in session.catalog.source_ranges("ev")]
+    assert max(sizes) <= 45 and len(sizes) >= 8, f"an epoch must read at most max.rows.per.epoch: {sizes}"
+    for epoch in sorted(set(epochs)):
+        rows = plain_rows(read_by(topic, offsets_at(session, "ev", epoch)), EV_COLS, good)
+        check_epoch(session, epoch, {"ev": (EV_DDL, rows), "d": ("k INTEGER, label VARCHAR",
+                                                                [(0, "zero"), (1, "one"), (3, "three")])}, MVS)
+    errors = session.sql("SHOW SOURCE ERRORS FROM ev").collect()
+    assert sorted((r.partition, r.offset, r.raw) for r in errors) == sorted(
+        (m.partition, m.offset, m.value.decode()) for m in topic.messages
+        if m.value in (b"{not json", b"[1, 2]") or b'"seven"' in m.value)
+    reasons = {r.raw: r.error for r in errors}
+    assert "not valid JSON" in reasons["{not json"]
+    assert "column id" in reasons['{"id": "seven", "name": "x", "price": 1.0}']
+    src = session.sql("SHOW SOURCES").collect()
+    assert [(r.name, r.splits, r.bad_records, r.status) for r in src] == [("ev", 3, 3, None)]
+
+
+def test_an_upsert_table_applies_updates_and_tombstones_by_key(session, kafka):
+    topic = Topic(kafka.bootstrap, 2)
+    session.sql(f"CREATE TABLE kv (k int PRIMARY KEY, v int, tag varchar) WITH ({topic.options()}) "
+                "FORMAT UPSERT ENCODE JSON")
+    session.sql("CREATE MATERIALIZED VIEW tags AS SELECT tag, count(*) AS n, sum(v) AS total FROM kv GROUP BY tag")
+    epochs = []
+    for r in range(4):
+        for i in range(12):
+            k = (i * 5 + r) % 9
+            if (i + r) % 4 == 3:
+                topic.produce(None, k % 2, key={"k": k})  # a tombstone deletes the key
+            else:
+                topic.produce({"k": k, "v": i * r, "tag": f"t{(i + k) % 3}"}, k % 2, key={"k": k})
+        topic.flush()
+        epochs.append(session.flush())
+    for epoch in epochs:
+        rows = upsert_rows(read_by(topic, offsets_at(session, "kv", epoch)), ["k", "v", "tag"], "k")
+        check_epoch(session, epoch, {"kv": ("k INTEGER, v INTEGER, tag VARCHAR", rows)},
+                    {"kv": "SELECT k, v, tag FROM kv",
+                     "tags": "SELECT tag, count(*) AS n, sum(v) AS total FROM kv GROUP BY tag"})
+
+
+def test_new_partitions_are_read_from_their_first_offset_and_latest_skips_history(session, kafka):
+    topic = Topic(kafka.bootstrap, 2)
+    for i in range(10):
+        topic.produce(event(i), i % 2)
+    topic.flush()
+    session.sql(f"CREATE TABLE ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
+                f"WITH ({topic.options(**{'scan.startup.mode': 'latest'})}) FORMAT PLAIN ENCODE JSON")
+    session.sql(f"CREATE MATERIALIZED VIEW {'per_partition'} AS {MVS['per_partition']}")
+    topic.add_partitions(3)
+    for i in range(10, 40):
+        topic.produce(event(i), i % 3)
+    topic.flush()
+    epoch = session.flush()
+    ids = sorted(r.id for r in session.table("ev").collect())
+    assert ids == list(range(10, 40)), "latest: the history before CREATE is skipped; partition 2 read from 0"
+    rows = [r for r in plain_rows(read_by(topic, offsets_at(session, "ev", epoch)), EV_COLS) if r[0] >= 10]
+    check_epoch(session, epoch, {"ev": (EV_DDL, rows)}, {"per_partition": MVS["per_partition"]})
+
+
+def test_a_kafka_create_that_cannot_work_says_why_and_creates_nothing(session, kafka):
+    topic = Topic(kafka.bootstrap, 1)
+    cases = [
+        (f"WITH (connector = 'kafka', topic = '{topic.name}', properties.bootstrap.server = '127.0.0.1:{free_port()}') "
+         "FORMAT PLAIN ENCODE JSON", "cannot be reached"),
+        (f"WITH ({topic.options(topic='no_such_topic')}) FORMAT PLAIN ENCODE JSON", "no_such_topic"),
+        (f"WITH ({topic.options(**{'scan.startup.mode': 'sometime'})}) FORMAT PLAIN ENCODE JSON", "scan.startup.mode"),
+        (f"WITH ({topic.options(**{'propertie.x': '1'})}) FORMAT PLAIN ENCODE JSON", "propertie.x"),
+        (f"WITH ({topic.options()}) FORMAT UPSERT ENCODE JSON", "PRIMARY KEY"),
+        (f"WITH ({topic.options()}) FORMAT PLAIN ENCODE AVRO", "ENCODE AVRO"),
+    ]
+    for clause, reason in cases:
+        with pytest.raises(SqlError, match=reason):
+            session.sql(f"CREATE TABLE bad (id int) {clause}")
+        assert session.catalog.relation("bad") is None
+    with pytest.raises(SqlError, match="_rw_kafka_partition"):
+        session.sql(f"CREATE TABLE bad (id int, _rw_kafka_partition int) WITH ({topic.options()}) "
+                    "FORMAT PLAIN ENCODE JSON")
+
+
+def test_a_broker_that_goes_away_stops_only_its_source_which_resumes_exactly(spark, tmp_path):
+    broker = Broker(tmp_path / "broker").start()
+    try:
+        topic = Topic(broker.bootstrap, 2)
+        with sparkwave.connect(tmp_path / "wh", spark=spark, barrier_interval_ms=3_600_000) as s:
+            s.sql(f"CREATE TABLE ev (id int, name varchar, price double) INCLUDE partition AS p "
+                  f"INCLUDE offset AS o WITH ({topic.options()}) FORMAT PLAIN ENCODE JSON")
+            s.sql("CREATE TABLE t (k int PRIMARY KEY, v int)")
+            s.sql(f"CREATE MATERIALIZED VIEW per_partition AS {MVS['per_partition']}")
+            for i in range(20):
+                topic.produce(event(i), i % 2)
+            topic.flush()
+            s.flush()
+            broker.stop()
+            s.sql("INSERT INTO t VALUES (1, 10)")
+            s.flush()  # the pipeline goes on without the source
+            assert [r.v for r in s.table("t").collect()] == [10]
+            status = s.sql("SHOW SOURCES").collect()[0].status
+            assert status is not None and "cannot be reached" in status, status
+            broker.start()
+            for i in range(20, 50):
+                topic.produce(event(i), i % 2)
+            topic.flush()
+            epochs = [s.flush()]  # until the source's retry comes (a backoff of 2 s) and it has read all
+            while sum(offsets_at(s, "ev", epochs[-1]).values()) < 50:
+                epochs.append(s.flush())
+            assert s.sql("SHOW SOURCES").collect()[0].status is None
+            read = {e for e, _ in s.catalog.source_ranges("ev")}
+            for epoch in sorted({e for e in epochs if e in read} | {epochs[-1]}):
+                rows = plain_rows(read_by(topic, offsets_at(s, "ev", epoch)), EV_COLS)
+                check_epoch(s, epoch, {"ev": (EV_DDL, rows)}, {"per_partition": MVS["per_partition"]})
+    finally:
+        broker.stop()
+
+
+def test_a_json_decoder_takes_what_fits_and_names_what_does_not():
+    from sparkwave.connectors.json_decode import BadRecord, JsonDecoder
+
+    d = JsonDecoder([("a", "int"), ("b", "decimal(5,2)"), ("c", "timestamptz"), ("d", "boolean"), ("e", "varchar")])
+    assert d.decode(json.dumps({"A": 3.0, "b": "12.345", "c": "2025-01-01T01:00:00+01:00", "d": True}))[:4] == [
+        3, __import__("decimal").Decimal("12.35"), __import__("datetime").datetime(
+            2025, 1, 1, tzinfo=__import__("datetime").UTC), True]
+    for bad, reason in [({"a": 1.5}, "column a"), ({"a": 2 ** 31}, "out of range"), ({"b": 12345.0}, "decimal"),
+                        ({"d": 1}, "true or false"), ({"e": 5}, "string"), ({"c": "noon"}, "ISO 8601")]:
+        with pytest.raises(BadRecord, match=reason):
+            d.decode(json.dumps(bad))
+
+
+@pytest.mark.parametrize("crash_at", ["mid_execute:3", "mid_commit:3", "before_catalog_commit:3"])
+def test_a_sigkill_mid_epoch_replays_the_same_offsets(spark, kafka, tmp_path, crash_at):
+    """Killed during an epoch that read from Kafka, the restarted pipeline reads the same ranges:
+    no message lost or doubled in the table, the MV or the bad records."""
+    from tests import kafka_crash_child as child
+
+    topic = Topic(kafka.bootstrap, 2)
+    for i in range(150):
+        topic.produce(event(i) if i % 37 else b"{bad", i % 2)
+    topic.flush()
+    wh = tmp_path / "wh"
+    env = {**os.environ, "SPARKWAVE_CRASH_AT": crash_at}
+    proc = subprocess.run([sys.executable, "-m", "tests.kafka_crash_child", str(wh), kafka.bootstrap, topic.name],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        epochs = [s.flush()]
+        while sum(offsets_at(s, "ev", epochs[-1]).values()) < 150:
+            epochs.append(s.flush())
+        assert len(s.catalog.source_ranges("ev")) >= 150 // child.PER_EPOCH
+        for epoch, _ in s.catalog.source_ranges("ev"):
+            rows = plain_rows(read_by(topic, offsets_at(s, "ev", epoch)), EV_COLS)
+            check_epoch(s, epoch, {"ev": (EV_DDL, rows)}, {"per_partition": child.MV, "ev": "SELECT * FROM ev"})
+        assert sorted((r.partition, r.offset) for r in s.sql("SHOW SOURCE ERRORS").collect()) == sorted(
+            (m.partition, m.offset) for m in topic.messages if m.value == b"{bad")
