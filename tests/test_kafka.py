@@ -211,3 +211,23 @@ def test_a_sigkill_mid_epoch_replays_the_same_offsets(spark, kafka, tmp_path, cr
             check_epoch(s, epoch, {"ev": (EV_DDL, rows)}, {"per_partition": child.MV, "ev": "SELECT * FROM ev"})
         assert sorted((r.partition, r.offset) for r in s.sql("SHOW SOURCE ERRORS").collect()) == sorted(
             (m.partition, m.offset) for m in topic.messages if m.value == b"{bad")
+
+
+def test_alter_source_rate_limit_pauses_and_releases_the_source(session, kafka):
+    topic = Topic(kafka.bootstrap, 2)
+    session.sql(f"CREATE TABLE ev (id int, name varchar, price double) WITH ({topic.options()}) "
+                "FORMAT PLAIN ENCODE JSON")
+    session.sql("CREATE TABLE t (k int PRIMARY KEY)")
+    session.sql("ALTER SOURCE ev SET SOURCE_RATE_LIMIT = 0")
+    for i in range(40):
+        topic.produce(event(i), i % 2)
+    topic.flush()
+    session.sql("INSERT INTO t VALUES (1)")
+    session.flush()
+    assert session.table("ev").count() == 0 and session.table("t").count() == 1  # only the source waits
+    assert session.sql("SHOW SOURCES").collect()[0].status == "paused (source_rate_limit = 0)"
+    session.sql("ALTER TABLE ev SET source_rate_limit TO DEFAULT")
+    session.flush()
+    assert sorted(r.id for r in session.table("ev").collect()) == list(range(40))
+    with pytest.raises(SqlError, match="not a Kafka source"):
+        session.sql("ALTER SOURCE t SET SOURCE_RATE_LIMIT = 5")

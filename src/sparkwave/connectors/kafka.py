@@ -158,7 +158,10 @@ class Kafka(Connector):
         return str(seq >> SEQ_PARTITION_SHIFT), seq & ((1 << SEQ_PARTITION_SHIFT) - 1)
 
     def plan(self, committed: dict[str, int], elapsed_ms: float) -> dict[str, list[int]]:
-        if self.rate_limit == 0 or time.time() < self._retry_at:
+        if self.rate_limit == 0:
+            self.status = "paused (source_rate_limit = 0)"
+            return {}
+        if time.time() < self._retry_at:
             return {}
         try:
             parts = self.partitions()

@@ -280,6 +280,10 @@ class Catalog:
                           time.time() if phase is Phase.CREATED else None))
         return int(cur.lastrowid or 0)
 
+    def set_definition(self, name: str, definition: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE relations SET definition = ? WHERE name = ?", (json.dumps(definition), name))
+
     def remove_relation(self, db: sqlite3.Connection, name: str) -> None:
         """Remove a relation, its job and its operator state tables."""
         for (state,) in db.execute("SELECT name FROM relations WHERE kind = 'state' AND "

@@ -242,6 +242,20 @@ class Session:
         limit = rate_limit_value(stmt, stmt.args["value"])
         self.creating.set_rate_limit(creating_job_of(self.catalog, stmt).id, limit)
 
+    def _do_alter_source_rate(self, stmt: Statement) -> None:
+        """A source's own rate (rows/s; 0 pauses it; DEFAULT: unbounded but for `max.rows.per.epoch`),
+        kept with its options: the barrier loop reads it at the next plan, in this process or the owner."""
+        rel = self.rt.relation(stmt.args["name"])
+        options = rel.definition.get("connector")
+        if not options or options.get("connector") != "kafka":
+            raise stmt.error(f"{rel.name!r} is not a Kafka source; SOURCE_RATE_LIMIT applies to Kafka sources",
+                             stmt.args["name"])
+        limit = rate_limit_value(stmt, stmt.args["value"])
+        options = {k: v for k, v in options.items() if k != "source_rate_limit"}
+        if limit is not None:
+            options["source_rate_limit"] = str(limit)
+        self.catalog.set_definition(rel.name, {**rel.definition, "connector": options})
+
     def _do_query(self, stmt: Statement) -> DataFrame:
         """A query reads catalog relations only, all as of one committed epoch, each through a temp
         view of its own name for this query alone (dropped once Spark has analysed the query), so

@@ -122,9 +122,17 @@ def classify(text: str, line: int, col: int) -> Statement:
             raise base.error(f"unsupported ALTER MATERIALIZED VIEW setting {m.group(2)!r}; supported: "
                              "BACKFILL_RATE_LIMIT", m.group(2))
         return Statement(text, line, col, "alter_rate", args={"name": m.group(1).lower(), "value": m.group(3)})
+    m = re.fullmatch(r"ALTER\s+(?:SOURCE|TABLE)\s+" + _NAME + r"\s+SET\s+" + _NAME + r"\s*(?:=|\bTO\b)\s*(\S+)",
+                     text, re.IGNORECASE)
+    if m:
+        if m.group(2).lower() != "source_rate_limit":
+            raise base.error(f"unsupported ALTER SOURCE setting {m.group(2)!r}; supported: SOURCE_RATE_LIMIT",
+                             m.group(2))
+        return Statement(text, line, col, "alter_source_rate", args={"name": m.group(1).lower(),
+                                                                     "value": m.group(3)})
     if head.startswith("ALTER"):
         raise base.error("unsupported ALTER statement; supported: ALTER MATERIALIZED VIEW name SET "
-                         "BACKFILL_RATE_LIMIT = n | DEFAULT")
+                         "BACKFILL_RATE_LIMIT = n | DEFAULT, ALTER SOURCE name SET SOURCE_RATE_LIMIT = n | DEFAULT")
     m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS|SOURCES|SOURCE\s+ERRORS)(?:\s+FROM\s+" + _NAME + ")?",
                      text, re.IGNORECASE)
     if m:

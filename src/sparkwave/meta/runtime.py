@@ -21,9 +21,13 @@ class Runtime(Store):
         if not options:
             return None
         with self._lock:
-            if rel.name not in self._connectors:
-                self._connectors[rel.name] = make_connector(rel.name, rel.schema, options)
-            return self._connectors[rel.name]
+            conn = self._connectors.get(rel.name)
+            if conn is not None and conn.options != options:  # ALTER SOURCE, here or in another process
+                conn.close()
+                conn = None
+            if conn is None:
+                conn = self._connectors[rel.name] = make_connector(rel.name, rel.schema, options)
+            return conn
 
     def forget(self, name: str) -> None:
         super().forget(name)
