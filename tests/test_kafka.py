@@ -186,7 +186,10 @@ def test_a_json_decoder_takes_what_fits_and_names_what_does_not():
             d.decode(json.dumps(bad))
 
 
-@pytest.mark.parametrize("crash_at", ["mid_execute:3", "mid_commit:3", "before_catalog_commit:3"])
+@pytest.mark.parametrize("crash_at", [
+    pytest.param("mid_execute:3", marks=pytest.mark.chaos), pytest.param("mid_commit:3", marks=pytest.mark.chaos),
+    "before_catalog_commit:3",  # the log is in Delta, the epoch not committed: its bad records are read again
+])
 def test_a_sigkill_mid_epoch_replays_the_same_offsets(spark, kafka, tmp_path, crash_at):
     """Killed during an epoch that read from Kafka, the restarted pipeline reads the same ranges:
     no message lost or doubled in the table, the MV or the bad records."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -88,6 +89,10 @@ class Connector(ABC):
 
     def position(self, seq: int) -> tuple[str, int]:
         """The split and offset of a row read by `read`, from its `_seq`."""
+        raise NotImplementedError
+
+    def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+        """`position` of many rows at once: (split as string, offset)."""
         raise NotImplementedError
 
     @abstractmethod

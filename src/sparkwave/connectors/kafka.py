@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkwave.connectors.base import ERROR, RAW, Connector
@@ -156,6 +157,11 @@ class Kafka(Connector):
     # --- planning and reading -------------------------------------------------------------------
     def position(self, seq: int) -> tuple[str, int]:
         return str(seq >> SEQ_PARTITION_SHIFT), seq & ((1 << SEQ_PARTITION_SHIFT) - 1)
+
+    def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+        s = seq.to_numpy()
+        return (pa.array((s >> SEQ_PARTITION_SHIFT).astype(str)),
+                pa.array(s & ((1 << SEQ_PARTITION_SHIFT) - 1)))
 
     def plan(self, committed: dict[str, int], elapsed_ms: float) -> dict[str, list[int]]:
         if self.rate_limit == 0:

@@ -10,6 +10,8 @@ is uncommitted work, redone or skipped on recovery. Tables:
 - `source_offsets(relation, split, offset)`: committed offsets, written with the epoch's commit.
 - `source_errors(relation, split, offset, epoch, error, raw)`: bad source records, committed with
   the epoch that read them.
+- `source_snapshots(relation, epoch, ranges)`: a source's history as of an epoch a backfill reads
+  it at: each split's offsets from its startup offset to the one committed at that epoch.
 - `dml(id, relation, path, rows, epoch)`: staged DML batches; `epoch` is set when planned.
 - `pins(id, relation, epoch, holder)`: snapshots retention must keep.
 - `jobs(...)`: one row per job (a table's ingestion or an MV); a creating job's phase and progress.
@@ -58,6 +60,8 @@ CREATE TABLE IF NOT EXISTS source_offsets (
 CREATE TABLE IF NOT EXISTS source_errors (
     relation TEXT NOT NULL, split TEXT NOT NULL, "offset" INTEGER NOT NULL, epoch INTEGER NOT NULL,
     error TEXT NOT NULL, raw TEXT, PRIMARY KEY (relation, split, "offset"));
+CREATE TABLE IF NOT EXISTS source_snapshots (
+    relation TEXT NOT NULL, epoch INTEGER NOT NULL, ranges TEXT NOT NULL, PRIMARY KEY (relation, epoch));
 CREATE TABLE IF NOT EXISTS dml (
     id INTEGER PRIMARY KEY AUTOINCREMENT, relation TEXT NOT NULL, path TEXT NOT NULL,
     rows INTEGER NOT NULL, epoch INTEGER);
@@ -91,7 +95,7 @@ CREATE INDEX IF NOT EXISTS pins_relation ON pins (relation, epoch);
 @dataclass(frozen=True)
 class Relation:
     name: str
-    kind: str  # 'table' | 'mv' | 'state' (an MV's operator state, named '<mv>.<suffix>')
+    kind: str  # 'table' | 'source' (stores nothing) | 'mv' | 'state' (an MV's operator state, '<mv>.<suffix>')
     schema: Schema
     definition: dict[str, Any]
     created_epoch: int
@@ -297,14 +301,16 @@ class Catalog:
         db.execute("DELETE FROM jobs WHERE relation = ?", (name,))
         db.execute("DELETE FROM relations WHERE name = ?", (name,))
         db.execute("DELETE FROM settings WHERE key = ?", (f"retained_from.{name}",))
-        for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "dml", "pins"):
+        for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_snapshots", "dml",
+                      "pins"):
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
 
     # --- epochs ---------------------------------------------------------------------------------
     def forget_orphans(self) -> None:
         """Files, offsets and pins of relations that no longer exist (a DROP that crashed midway)."""
         with self.transaction() as db:
-            for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "pins"):
+            for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_snapshots",
+                          "pins"):
                 db.execute(f"DELETE FROM {table} WHERE relation NOT IN (SELECT name FROM relations)")
 
     def committed_epoch(self) -> int:
@@ -424,6 +430,14 @@ class Catalog:
             if ranges:
                 out.append((epoch, ranges))
         return out
+
+    def record_source_snapshot(self, db: sqlite3.Connection, relation: str, epoch: int,
+                               ranges: dict[str, list[int]]) -> None:
+        db.execute("INSERT OR REPLACE INTO source_snapshots VALUES (?, ?, ?)", (relation, epoch, json.dumps(ranges)))
+
+    def source_snapshot(self, relation: str, epoch: int) -> dict[str, list[int]] | None:
+        row = self._one("SELECT ranges FROM source_snapshots WHERE relation = ? AND epoch = ?", (relation, epoch))
+        return json.loads(row[0]) if row else None
 
     def set_source_offsets(self, db: sqlite3.Connection, relation: str, offsets: dict[str, int]) -> None:
         """A source's starting offsets, decided at CREATE."""

@@ -44,7 +44,10 @@ class Ddl:
             return True
         raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
 
-    def create_table(self, stmt: Statement) -> None:
+    def create_table(self, stmt: Statement, kind: str = "table") -> None:
+        """CREATE TABLE, or CREATE SOURCE (`kind = 'source'`): a Kafka relation that stores nothing;
+        the main graph hands what it reads each epoch to the MVs over it, and an MV created later
+        reads the history from Kafka (a source backfill)."""
         ast = stmt.ast
         assert isinstance(ast, exp.Create)
         table = ast.this.this
@@ -96,6 +99,12 @@ class Ddl:
             key = ["_row_id"]
         schema = Schema(tuple(columns), tuple(key), append_only)
         definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        if kind == "source":
+            if options.get("connector") != "kafka":
+                raise stmt.error("CREATE SOURCE needs WITH (connector = 'kafka', ...)", "SOURCE")
+            if not schema.append_only or options.get("format", "plain") != "plain":
+                raise stmt.error("a source is append-only: FORMAT PLAIN and no PRIMARY KEY (FORMAT UPSERT needs a "
+                                 "TABLE, which stores the rows by key)", "SOURCE")
         offsets: dict[str, int] = {}
         if options:
             conn = make_connector(name, schema, options)  # validates the options
@@ -104,9 +113,13 @@ class Ddl:
             finally:
                 conn.close()
             definition["connector"] = options
+            definition["startup_offsets"] = offsets  # where a source backfill starts
         with self.locks.epoch:
-            rel = Relation(name, "table", schema, definition, self.catalog.committed_epoch())
-            self.rt.stored(rel).create()
+            rel = Relation(name, kind, schema, definition, self.catalog.committed_epoch())
+            if kind == "source":
+                self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)  # an epoch's rows, staged
+            else:
+                self.rt.stored(rel).create()
             with self.catalog.transaction() as db:
                 self.catalog.add_relation(db, rel)
                 self.catalog.set_source_offsets(db, name, offsets)
@@ -145,6 +158,11 @@ class Ddl:
                                        epoch, state=state) for sfx, sch in schemas.items()]
             for t in tables:
                 self.rt.stored(t).create()
+            sources = {u: self._source_snapshot(u) for u in plan.upstreams if self.rt.relation(u).kind == "source"}
+            if sources:
+                with self.catalog.transaction() as db:
+                    for u, ranges in sources.items():
+                        self.catalog.record_source_snapshot(db, u, epoch, ranges)
             if strategy == "blocking":
                 flow = Dataflow(self.rt, rel)
                 try:
@@ -171,6 +189,13 @@ class Ddl:
         if not settings.background_ddl:
             self._wait_foreground(job_id)
 
+    def _source_snapshot(self, name: str) -> dict[str, list[int]]:
+        """A source's history at the committed epoch: each partition from its startup offset to the
+        offset committed (a partition added since CREATE SOURCE starts at 0)."""
+        startup = self.rt.relation(name).definition.get("startup_offsets", {})
+        return {s: [startup.get(s, 0), end] for s, end in self.catalog.source_offsets(name).items()
+                if end > startup.get(s, 0)}
+
     def _wait_foreground(self, job_id: int) -> None:
         if not sys.stderr.isatty():
             self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES)
@@ -187,7 +212,7 @@ class Ddl:
                 return
             raise CatalogError(f"cannot drop {name!r}: no such table or materialized view (at {stmt.where(name)})")
         if rel.kind != stmt.args["kind"]:
-            what = "a table" if rel.kind == "table" else "a materialized view"
+            what = {"table": "a table", "source": "a source"}.get(rel.kind, "a materialized view")
             raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
         job = self.catalog.job_of(name)
         if job is not None and job.creating:

@@ -94,6 +94,10 @@ class Session:
             path = str(self.warehouse.staging_dir() / entry)
             if path not in staged:
                 self.warehouse.remove_tree(self.warehouse.staging_dir() / entry)
+        for rel in self.catalog.relations():
+            if rel.kind == "source":  # an epoch's staged rows, left by a crash after its commit
+                self.warehouse.remove_tree(self.rt.stored(rel).log_path)
+                self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)
         self.loop.recover()
 
     def close(self) -> None:
@@ -176,6 +180,10 @@ class Session:
 
     def _readable(self, name: str) -> Relation:
         rel = self.rt.relation(name)
+        if rel.kind == "source":
+            raise CatalogError(f"{name!r} is a source: it stores nothing to read; create a materialized view "
+                               f"over it (CREATE MATERIALIZED VIEW ... AS SELECT ... FROM {name}), or make it a "
+                               "TABLE to store what it reads")
         if rel.state != "created":
             job = self.catalog.job_of(name)
             raise CatalogError(f"materialized view {name!r} is still being created (job {job.id if job else '?'}); "
@@ -225,6 +233,9 @@ class Session:
 
     def _do_create_table(self, stmt: Statement) -> None:
         self.ddl.create_table(stmt)
+
+    def _do_create_source(self, stmt: Statement) -> None:
+        self.ddl.create_table(stmt, kind="source")
 
     def _do_create_mv(self, stmt: Statement) -> None:
         self.ddl.create_mv(stmt)

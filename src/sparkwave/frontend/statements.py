@@ -153,6 +153,12 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "set", args={"key": m.group(1).lower(), "value": value})
     if re.match(r"CREATE\s+TABLE\b", text, re.IGNORECASE):
         return _create_table(base)
+    if re.match(r"CREATE\s+SOURCE\b", text, re.IGNORECASE):
+        m = re.match(r"CREATE\s+SOURCE\b", text, re.IGNORECASE)
+        assert m is not None
+        # Parsed as the CREATE TABLE it resembles; sqlglot does not know CREATE SOURCE.
+        stmt = _create_table(base, "CREATE TABLE" + text[m.end():])
+        return Statement(text, line, col, "create_source", stmt.ast, stmt.args)
     m = re.match(r"CREATE\s+MATERIALIZED\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME
                  + r"\s*(WITH\s*\((.*?)\)\s*)?AS\s+(.*)$", text, re.IGNORECASE | re.DOTALL)
     if m:
@@ -161,9 +167,9 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "create_mv", query,
                          {"name": m.group(2).lower(), "if_not_exists": bool(m.group(1)), "options": options,
                           "query": m.group(5)})
-    m = re.fullmatch(r"DROP\s+(TABLE|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME, text, re.IGNORECASE)
+    m = re.fullmatch(r"DROP\s+(TABLE|SOURCE|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME, text, re.IGNORECASE)
     if m:
-        kind = "table" if m.group(1).upper() == "TABLE" else "mv"
+        kind = {"TABLE": "table", "SOURCE": "source"}.get(m.group(1).upper(), "mv")
         return Statement(text, line, col, "drop", args={"kind": kind, "name": m.group(3).lower(),
                                                         "if_exists": bool(m.group(2))})
     ast = _parse_sql(base, text)
@@ -192,8 +198,8 @@ def _parse_sql(base: Statement, text: str) -> exp.Expr:
     return asts[0]
 
 
-def _create_table(base: Statement) -> Statement:
-    text = base.text
+def _create_table(base: Statement, text: str | None = None) -> Statement:
+    text = text or base.text
     options: dict[str, str] = {}
     body = text
     m = _FORMAT.search(body)
@@ -218,7 +224,7 @@ def _create_table(base: Statement) -> Statement:
         raise base.error("expected CREATE TABLE name (column type, ..., [PRIMARY KEY (...)])")
     if ast.expression is not None:
         raise base.error("CREATE TABLE ... AS SELECT is not supported; use CREATE MATERIALIZED VIEW", "AS")
-    return Statement(text, base.line, base.col, "create_table", ast,
+    return Statement(base.text, base.line, base.col, "create_table", ast,
                      {"append_only": append_only, "options": options,
                       "if_not_exists": bool(ast.args.get("exists"))})
 

@@ -286,8 +286,9 @@ class BarrierLoop:
             if i == 0:
                 crash_point("mid_execute")
         logs: list[tuple[str, str, int, int]] = []
+        sources = {r.name for r in relations if r.kind == "source"}
         for name, chunk in list(e.chunks.items()):  # relations in order, each MV's state tables after it
-            if chunk is None or chunk.num_rows == 0:
+            if chunk is None or chunk.num_rows == 0 or name in sources:  # a source's rows are not kept
                 continue
             path, rows, version = self.rt.stored(self.rt.relation(name)).commit_log(e.epoch)
             logs.append((name, path, rows, version))
@@ -300,6 +301,8 @@ class BarrierLoop:
         if rows_in:
             self.busy_at = time.time()
         self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.errors)
+        for name in sources:
+            self.rt.warehouse.remove_file(self.rt.stored(self.rt.relation(name)).log_file_path(e.epoch))
         self._forget_consumed_dml()  # before waking flush(): what it waited for is committed and tidied
         with self._committed:
             self._done_ticket = max(self._done_ticket, self._planned_under.pop(e.epoch, 0))
@@ -318,6 +321,11 @@ class BarrierLoop:
             # that its state tables' staged files exist whichever of its commits had happened.
             return self._mv_step(rel, e)
         stored = self.rt.stored(rel)
+        if rel.kind == "source":  # read again on a replay: a source keeps nothing
+            rows = self._table_step(rel, e, [])
+            if rows is not None and rows.num_rows > 0:
+                stored.stage_log(e.epoch, rows)
+            return rows
         if stored.log_committed(e.epoch):
             self._reread_bad_records(rel, e)
             return stored.read_log_epoch(e.epoch)

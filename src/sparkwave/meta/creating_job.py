@@ -46,6 +46,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
 import pyarrow.parquet as pq
@@ -58,7 +59,6 @@ from sparkwave.core.crash import crash_point
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
-from sparkwave.storage import snapshot as snap
 from sparkwave.storage.compaction import write_base_files
 from sparkwave.storage.state import state_name, state_relations
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
@@ -157,8 +157,7 @@ class CreatingJob:
         if job.vnode_rows is not None:
             return job.vnode_rows
         rel = self.rt.relation(job.relation)
-        counts = {u: snap.vnode_rows(self.rt.catalog, u, self.rt.relation(u).schema, job.snapshot_epoch)
-                  for u in rel.upstreams}
+        counts = {u: self.rt.vnode_rows(self.rt.relation(u), job.snapshot_epoch) for u in rel.upstreams}
         self.rt.catalog.set_job_counts(self.job_id, counts)
         return counts
 
@@ -295,7 +294,7 @@ class CreatingJob:
         else:
             take, logs = self._log_epoch(rel, flow, consumed, ready[0])
         through = take[-1]
-        in_rows = sum(n for u in rel.upstreams for _, n in self.rt.catalog.log_file_rows(u, consumed, through))
+        in_rows = sum(n for u in rel.upstreams for _, n in self.rt.log_file_rows(u, consumed, through))
         crash_point("backfill_mid_log_store")
         with self.locks.gate:
             lag = LagRule.lag(self.rt.catalog, through)
@@ -306,8 +305,21 @@ class CreatingJob:
         return Step(rows=in_rows)
 
     def _inputs(self, rel: Relation, after: int, upto: int) -> dict[str, list[str]]:
-        inputs = {u: [p for _, p in self.rt.catalog.log_files(u, after, upto)] for u in rel.upstreams}
+        """The upstreams' log files of `(after, upto]`; a source's are read again from its connector
+        into the job's folder (the previous checkpoint's files there are done with)."""
+        inputs = {}
+        for u in rel.upstreams:
+            up = self.rt.relation(u)
+            if up.kind == "source":
+                folder = self._source_folder(rel, u)
+                self.rt.warehouse.remove_tree(folder)
+                inputs[u] = [p for _, p in self.rt.source_log(up, after, upto, folder)]
+            else:
+                inputs[u] = [p for _, p in self.rt.catalog.log_files(u, after, upto)]
         return {u: p for u, p in inputs.items() if p}
+
+    def _source_folder(self, rel: Relation, source: str) -> Path:
+        return self.rt.warehouse.relation_dir(rel.name) / "_sources" / source
 
     def _log_slice(self, rel: Relation, flow: Dataflow, consumed: int, ready: list[int],
                    budget: float) -> tuple[list[int], list[tuple[str, int, str, int, int]]]:
@@ -320,7 +332,7 @@ class CreatingJob:
             done, version = stored.commit_log_batch(take, take[-1])
         else:
             (up,) = rel.upstreams
-            sizes = dict(self.rt.catalog.log_file_rows(up, consumed, ready[-1]))
+            sizes = dict(self.rt.log_file_rows(up, consumed, ready[-1]))
             take, rows = [], 0
             for e in ready[:MAX_LOG_EPOCHS]:
                 if take and rows + sizes.get(e, 0) > budget:
@@ -357,7 +369,7 @@ class CreatingJob:
             return None
         rel = self.rt.relation(job.relation)
         committed = self.rt.catalog.committed_epoch()
-        return sum(n for u in rel.upstreams for _, n in self.rt.catalog.log_file_rows(u, job.consumed_epoch, committed))
+        return sum(n for u in rel.upstreams for _, n in self.rt.log_file_rows(u, job.consumed_epoch, committed))
 
     def catch_up_and_merge(self) -> Step:
         """The rearranged strategy's switch, in band: holding the epoch lock (between two main epochs,
@@ -383,4 +395,5 @@ class CreatingJob:
                 return Step()  # an epoch slipped in before the lock: consume it first
             crash_point("backfill_mid_merge")
             self.rt.catalog.merge_job(self.job_id, self.holder, current.relation, current.consumed_epoch)
+        self.rt.warehouse.remove_tree(self.rt.warehouse.relation_dir(current.relation) / "_sources")
         return Step(merged=True)

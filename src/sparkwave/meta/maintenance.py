@@ -37,6 +37,8 @@ class Maintenance:
         """Compact `rel` at `epoch` and apply retention; returns whether it compacted. Under the ddl
         lock, so that a DROP waits; retention also between two epochs, so that no epoch is reading
         the files it removes (lock order: ddl, then epoch; see meta/locks.py)."""
+        if rel.kind == "source":  # stores nothing
+            return False
         with self.locks.ddl:
             if self.store.catalog.relation(rel.name) is None:  # dropped meanwhile
                 return False

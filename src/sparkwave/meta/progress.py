@@ -41,7 +41,7 @@ class ChunkProgress:
 class JobInfo:
     id: int
     name: str
-    kind: str  # 'table' | 'materialized view'
+    kind: str  # 'table' | 'source' | 'materialized view'
     strategy: str  # 'snapshot' | 'blocking' | '-' (tables)
     phase: str  # 'snapshot' | 'log store' | 'merging' | 'created'
     rows_done: int  # snapshot rows read
@@ -98,7 +98,8 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
     upstreams = tuple(UpstreamProgress(u, sum(counts[:job.next_vnode]), sum(counts))
                       for u, counts in (job.vnode_rows or {}).items() if u != ALL_UPSTREAMS)
     chunks = tuple(ChunkProgress(c.lo, c.hi, c.rows, c.state, c.attempts) for c in catalog.job_chunks(job.id))
-    return JobInfo(job.id, job.relation, "table" if kind == "table" else "materialized view", job.strategy, phase,
+    return JobInfo(job.id, job.relation, {"table": "table", "source": "source"}.get(kind, "materialized view"),
+                   job.strategy, phase,
                    job.rows_done, total, round(percent, 1), round(rate or 0.0, 1),
                    None if eta is None else round(eta, 1), lag_epochs, lag_s, job.rate_limit,
                    datetime.fromtimestamp(job.started_at, tz=UTC), created_epoch, job.merged_epoch, job.held_back,

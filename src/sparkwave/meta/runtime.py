@@ -3,15 +3,30 @@ connectors of its sources."""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from sparkwave.connectors import Connector, make_connector
+from sparkwave.connectors.base import ERROR, RAW
 from sparkwave.core.catalog import Catalog, Relation
+from sparkwave.core.chunk import Op, vnode, with_vnode
+from sparkwave.core.offsets import merged, slot_counts, slot_ranges
+from sparkwave.storage import snapshot as snap
 from sparkwave.storage.store import Store
+from sparkwave.storage.table import log_rows
 from sparkwave.storage.warehouse import Warehouse
 
 
 class Runtime(Store):
+    """A `Store` whose sources (`kind = 'source'`, which store nothing) are read from their
+    connector: a source's snapshot at an epoch is its history up to the offsets that epoch
+    committed (recorded by the CREATE that reads it), in slots standing for vnodes (`core/offsets.py`)."""
+
     def __init__(self, spark: SparkSession, warehouse: Warehouse, catalog: Catalog) -> None:
         super().__init__(spark, warehouse, catalog)
         self._connectors: dict[str, Connector] = {}
@@ -41,3 +56,63 @@ class Runtime(Store):
             conns, self._connectors = list(self._connectors.values()), {}
         for conn in conns:
             conn.close()
+
+    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None) -> DataFrame:
+        if rel.kind != "source":
+            return super().snapshot(rel, epoch, vnodes)
+        ranges = slot_ranges(self._source_snapshot(rel, epoch), vnodes)
+        conn = self.connector(rel)
+        assert conn is not None, f"BUG: source {rel.name!r} has no connector"
+        if not ranges:
+            return self.spark.createDataFrame([], "_vnode smallint, " + rel.schema.spark_ddl())
+        rows = conn.read(self.spark, ranges)
+        if conn.has_bad_records:  # set aside when the main graph read them
+            rows = rows.where(f"{ERROR} IS NULL")
+        return rows.select(vnode(list(rel.schema.key)).alias("_vnode"),
+                           *[F.col(f"`{c.name}`") for c in rel.schema.columns])
+
+    def vnode_rows(self, rel: Relation, epoch: int) -> list[int]:
+        """The snapshot's rows per vnode; a source's offsets per slot."""
+        if rel.kind == "source":
+            return slot_counts(self._source_snapshot(rel, epoch))
+        return snap.vnode_rows(self.catalog, rel.name, rel.schema, epoch)
+
+    def log_file_rows(self, name: str, after: int, upto: int) -> list[tuple[int, int]]:
+        """(epoch, rows) of a relation's log in `(after, upto]`; a source's offsets read per epoch."""
+        if self.relation(name).kind == "source":
+            return [(e, sum(hi - lo for lo, hi in r.values()))
+                    for e, r in self.catalog.source_ranges(name, after) if e <= upto]
+        return self.catalog.log_file_rows(name, after, upto)
+
+    def _source_snapshot(self, rel: Relation, epoch: int) -> dict[str, list[int]]:
+        ranges = self.catalog.source_snapshot(rel.name, epoch)
+        assert ranges is not None, f"BUG: no recorded history of source {rel.name!r} at epoch {epoch}"
+        return ranges
+
+    def source_log(self, rel: Relation, after: int, upto: int, folder: Path) -> list[tuple[int, str]]:
+        """A source's log rows of the epochs in `(after, upto]`, read again from its connector by the
+        ranges those epochs committed, as log files `(epoch, path)` in `folder` (a creating job's)."""
+        conn = self.connector(rel)
+        assert conn is not None, f"BUG: source {rel.name!r} has no connector"
+        epochs = [(e, r) for e, r in self.catalog.source_ranges(rel.name, after) if e <= upto]
+        if not epochs:
+            return []
+        rows = conn.read(self.spark, merged([r for _, r in epochs]))
+        if conn.has_bad_records:
+            rows = rows.where(f"{ERROR} IS NULL").drop(ERROR, RAW)
+        table = with_vnode(rows, rel.schema).toArrow()
+        split, offset = conn.positions(table["_seq"])
+        folder.mkdir(parents=True, exist_ok=True)
+        out = []
+        for e, ranges in epochs:
+            mask = None
+            for s, (lo, hi) in ranges.items():
+                m = pc.and_(pc.equal(split, s), pc.and_(pc.greater_equal(offset, lo), pc.less(offset, hi)))
+                mask = m if mask is None else pc.or_(mask, m)
+            part = table.filter(mask) if mask is not None else table.slice(0, 0)
+            ops = pa.array([int(Op.INSERT)] * part.num_rows, pa.int8())
+            part = part.set_column(part.schema.get_field_index("_op"), "_op", ops)
+            path = str(folder / f"e{e}.parquet")
+            pq.write_table(log_rows(part, rel.schema, e), path)
+            out.append((e, path))
+        return out

@@ -1,0 +1,138 @@
+"""Kafka sources (CREATE SOURCE: they store nothing) and source backfill: an MV created on a
+source that has been running reads the topic's history from Kafka in checkpointed chunks, then the
+epochs committed meanwhile (again from Kafka, by the offsets each epoch committed), and merges at
+an exact epoch. Every MV equals DuckDB over exactly the messages its epoch covers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sparkwave
+from sparkwave.core.errors import CatalogError, SqlError
+from tests.kafka_util import Topic, check_epoch, offsets_at, plain_rows, read_by
+
+ROOT = Path(__file__).resolve().parent.parent
+EV_DDL = "id INTEGER, name VARCHAR, price DOUBLE, p INTEGER, o BIGINT"
+EV_COLS = ["id", "name", "price"]
+D_ROWS = [(0, "zero"), (1, "one"), (3, "three")]
+MVS = {
+    "cheap": "SELECT id, name, price FROM ev WHERE price < 20",
+    "per_partition": "SELECT p, count(*) AS n, sum(price) AS total, max(o) AS last FROM ev GROUP BY p",
+    "named": "SELECT ev.id, d.label FROM ev JOIN d ON ev.p = d.k",
+    "by_name": "SELECT name, count(*) AS n, min(price) AS lo FROM ev GROUP BY name",
+}
+
+
+def event(i: int) -> dict:
+    return {"id": i, "name": f"n{i % 7}", "price": (i * 37) % 100 + 0.5}
+
+
+def good(obj: dict) -> bool:
+    return isinstance(obj.get("id"), int)
+
+
+def source_sql(topic: Topic, per_epoch: int) -> str:
+    return (f"CREATE SOURCE ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
+            f"WITH ({topic.options(**{'max.rows.per.epoch': str(per_epoch)})}) FORMAT PLAIN ENCODE JSON")
+
+
+def produce(topic: Topic, lo: int, hi: int) -> None:
+    for i in range(lo, hi):
+        topic.produce(event(i) if i % 53 != 7 else b"{oops", i % topic.partitions)
+    topic.flush()
+
+
+def check_all(s, topic: Topic, names: list[str]) -> None:
+    """Each MV at every committed epoch from its creation on."""
+    for name in names:
+        created = s.catalog.relation(name).created_epoch
+        for epoch in s.catalog.committed_epochs(created):
+            rows = plain_rows(read_by(topic, offsets_at(s, "ev", epoch)), EV_COLS, good)
+            check_epoch(s, epoch, {"ev": (EV_DDL, rows), "d": ("k INTEGER, label VARCHAR", D_ROWS)},
+                        {name: MVS[name]})
+
+
+def test_mvs_created_early_and_late_on_a_source_equal_the_oracle(session, kafka):
+    topic = Topic(kafka.bootstrap, 3)
+    produce(topic, 0, 600)
+    session.sql(source_sql(topic, 240))
+    session.sql("CREATE TABLE d (k int PRIMARY KEY, label varchar)")
+    session.sql("INSERT INTO d VALUES " + ", ".join(f"({k}, '{v}')" for k, v in D_ROWS))
+    session.sql(f"CREATE MATERIALIZED VIEW cheap AS {MVS['cheap']}")
+    for _ in range(3):
+        session.flush()
+    assert sum(offsets_at(session, "ev", session.committed_epoch).values()) == 600
+    # Late, in the background, in chunks: they read the history from Kafka while the pipeline runs.
+    # Paused until the pipeline has moved on, so that each has a log-store phase to go through.
+    session.sql("SET backfill_chunk_rows = 150; SET background_ddl = true; SET backfill_rate_limit = 0")
+    session.sql(f"CREATE MATERIALIZED VIEW per_partition AS {MVS['per_partition']}")
+    session.sql(f"CREATE MATERIALIZED VIEW named AS {MVS['named']}")
+    produce(topic, 600, 900)
+    session.flush()
+    topic.add_partitions(4)  # a partition added during the backfill needs none
+    produce(topic, 900, 1200)
+    session.sql(f"CREATE MATERIALIZED VIEW by_name AS {MVS['by_name']}")
+    for _ in range(3):
+        session.flush()
+    for name in ("per_partition", "named", "by_name"):
+        session.sql(f"ALTER MATERIALIZED VIEW {name} SET BACKFILL_RATE_LIMIT = DEFAULT")
+    session.wait()
+    while sum(offsets_at(session, "ev", session.committed_epoch).values()) < 1200:
+        session.flush()
+    session.flush()
+    jobs = {j.name: j for j in session.jobs()}
+    assert all(jobs[n].phase == "created" for n in MVS)
+    assert len(session.catalog.job_chunks(jobs["per_partition"].id)) >= 4, "the history was read in chunks"
+    assert jobs["per_partition"].rows_total == 600  # the offsets its snapshot covered
+    check_all(session, topic, list(MVS))
+    errors = {(r.partition, r.offset) for r in session.sql("SHOW SOURCE ERRORS FROM ev").collect()}
+    assert errors == {(m.partition, m.offset) for m in topic.messages if m.value == b"{oops"}
+    assert not any((session.warehouse.relation_dir("ev") / "log").iterdir()), "a source keeps no rows"
+
+
+def test_a_source_stores_nothing_and_says_so(session, kafka):
+    topic = Topic(kafka.bootstrap, 1)
+    session.sql(source_sql(topic, 100))
+    session.sql(f"CREATE MATERIALIZED VIEW cheap AS {MVS['cheap']}")
+    with pytest.raises(CatalogError, match="is a source: it stores nothing"):
+        session.sql("SELECT * FROM ev")
+    with pytest.raises(CatalogError, match="depend on it"):
+        session.sql("DROP SOURCE ev")
+    with pytest.raises(SqlError, match="it is a source"):
+        session.sql("DROP TABLE ev")
+    with pytest.raises(SqlError, match="append-only"):
+        session.sql(f"CREATE SOURCE kv (k int PRIMARY KEY, v int) WITH ({topic.options()}) FORMAT UPSERT ENCODE JSON")
+    with pytest.raises(SqlError, match="connector = 'kafka'"):
+        session.sql("CREATE SOURCE g (v int) WITH (connector = 'datagen')")
+    session.sql("DROP MATERIALIZED VIEW cheap")
+    session.sql("DROP SOURCE ev")
+    assert session.catalog.relation("ev") is None
+
+
+@pytest.mark.parametrize("crash_at", [
+    "backfill_mid_chunk:2", pytest.param("backfill_between_phases", marks=pytest.mark.chaos),
+    "backfill_mid_log_store:2", pytest.param("backfill_mid_merge", marks=pytest.mark.chaos),
+])
+def test_a_source_backfill_killed_in_each_phase_resumes_exactly(spark, kafka, tmp_path, crash_at):
+    from tests import kafka_source_crash_child as child
+
+    topic = Topic(kafka.bootstrap, 2)
+    produce(topic, 0, child.MESSAGES)
+    wh = tmp_path / "wh"
+    env = {**os.environ, "SPARKWAVE_CRASH_AT": crash_at}
+    proc = subprocess.run([sys.executable, "-m", "tests.kafka_source_crash_child", str(wh), kafka.bootstrap,
+                           topic.name], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        s.wait()
+        while sum(offsets_at(s, "ev", s.committed_epoch).values()) < child.MESSAGES:
+            s.flush()
+        s.flush()
+        assert s.catalog.job_of("per_partition").phase.value == "created"
+        check_all(s, topic, ["cheap", "per_partition"])
