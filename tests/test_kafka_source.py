@@ -136,3 +136,20 @@ def test_a_source_backfill_killed_in_each_phase_resumes_exactly(spark, kafka, tm
         s.flush()
         assert s.catalog.job_of("per_partition").phase.value == "created"
         check_all(s, topic, ["cheap", "per_partition"])
+
+
+def test_show_jobs_gives_a_source_backfill_s_progress_per_partition(session, kafka):
+    topic = Topic(kafka.bootstrap, 2)
+    produce(topic, 0, 400)
+    session.sql(source_sql(topic, 1000))
+    session.flush()
+    session.sql("SET backfill_chunk_rows = 100; SET background_ddl = true; SET backfill_rate_limit = 0")
+    session.sql(f"CREATE MATERIALIZED VIEW per_partition AS {MVS['per_partition']}")
+    job = next(j for j in session.jobs() if j.name == "per_partition")
+    (up,) = job.upstreams
+    assert (up.relation, up.rows_done, up.rows_total, up.offsets) == ("ev", 0, 400, (("0", 0, 200), ("1", 0, 200)))
+    assert "ev 0/400 p0 0/200 p1 0/200" in session.sql("SHOW JOBS").collect()[-1].upstreams
+    session.sql("ALTER MATERIALIZED VIEW per_partition SET BACKFILL_RATE_LIMIT = DEFAULT")
+    session.wait()
+    (up,) = next(j for j in session.jobs() if j.name == "per_partition").upstreams
+    assert up.offsets == (("0", 200, 200), ("1", 200, 200))

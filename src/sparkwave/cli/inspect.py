@@ -52,7 +52,8 @@ def _table(title: str, jobs: list[JobInfo]) -> Table:
 
 def _progress(j: JobInfo) -> str:
     total = f"{j.rows_done:,}/{j.rows_total:,} ({j.percent:.1f}%)"
-    return total if len(j.upstreams) < 2 else f"{total}: " + ", ".join(map(str, j.upstreams))
+    detail = len(j.upstreams) > 1 or any(u.offsets for u in j.upstreams)  # several upstreams, or a source's partitions
+    return f"{total}: " + ", ".join(map(str, j.upstreams)) if detail else total
 
 
 def watch_jobs(console: Console, warehouse: str | Path) -> int:

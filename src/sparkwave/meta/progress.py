@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sparkwave.core.catalog import ALL_UPSTREAMS, Catalog, JobRow, Phase
+from sparkwave.core.chunk import VNODES
+from sparkwave.core.offsets import slot_ranges
 from sparkwave.meta.lag_rule import LagRule
 
 RATE_WINDOW_S = 10.0  # rows/s is measured over the checkpoints of this recent window
@@ -20,9 +22,12 @@ class UpstreamProgress:
     relation: str
     rows_done: int
     rows_total: int
+    # A source's history, per partition: (partition, offset read up to, end offset at S).
+    offsets: tuple[tuple[str, int, int], ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.relation} {self.rows_done:,}/{self.rows_total:,}"
+        parts = "".join(f" p{p} {done}/{end}" for p, done, end in self.offsets)
+        return f"{self.relation} {self.rows_done:,}/{self.rows_total:,}{parts}"
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,8 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
              Phase.CREATED: "created"}[job.phase]
     total = job.rows_total
     percent = 100.0 if job.phase is not Phase.SNAPSHOT else (100.0 * job.rows_done / total if total else 0.0)
-    upstreams = tuple(UpstreamProgress(u, sum(counts[:job.next_vnode]), sum(counts))
+    upstreams = tuple(UpstreamProgress(u, sum(counts[:job.next_vnode]), sum(counts),
+                                       _source_offsets(catalog, u, job.snapshot_epoch, job.next_vnode))
                       for u, counts in (job.vnode_rows or {}).items() if u != ALL_UPSTREAMS)
     chunks = tuple(ChunkProgress(c.lo, c.hi, c.rows, c.state, c.attempts) for c in catalog.job_chunks(job.id))
     return JobInfo(job.id, job.relation, {"table": "table", "source": "source"}.get(kind, "materialized view"),
@@ -104,3 +110,14 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
                    None if eta is None else round(eta, 1), lag_epochs, lag_s, job.rate_limit,
                    datetime.fromtimestamp(job.started_at, tz=UTC), created_epoch, job.merged_epoch, job.held_back,
                    job.error, upstreams, chunks)
+
+
+def _source_offsets(catalog: Catalog, relation: str, epoch: int | None,
+                    next_slot: int) -> tuple[tuple[str, int, int], ...]:
+    """How far a source backfill has read each partition of the source's history (its slots below
+    `next_slot` are done), or () for an upstream that is not a source."""
+    history = catalog.source_snapshot(relation, epoch) if epoch is not None else None
+    if not history:
+        return ()
+    done = slot_ranges(history, (0, min(next_slot, VNODES)))
+    return tuple((p, done[p][1] if p in done else lo, hi) for p, (lo, hi) in slot_ranges(history, None).items())
