@@ -1,12 +1,20 @@
-"""`sparkwave demo`: a live Nexmark pipeline with a few MVs, one more created part-way through."""
+"""`sparkwave demo`: a live Nexmark pipeline with a few MVs, one more created part-way through; and
+a Kafka part: a local broker (noida-db), a producer thread writing JSON page views (a few of them
+malformed), a source, an MV over it, and one more created late by source backfill."""
 
 from __future__ import annotations
 
+import json
+import random
 import shutil
+import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
+from sparkwave.cli.kafka_broker import Broker
 from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
 from sparkwave.frontend.session import Session, connect
 from sparkwave.meta.barrier import EpochReport
@@ -24,6 +32,44 @@ CREATE MATERIALIZED VIEW busiest_auctions_10s AS
     FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY auction, window_start HAVING count(*) >= 3;
 """
 LATE_MV = "avg_winning_bid_per_category"  # Nexmark q4: a join under two aggregates
+TOPIC, VIEWS_PER_S = "page_views", 400
+KAFKA_SQL = """
+CREATE SOURCE page_views (user_id int, page varchar, ms int, ts timestamptz) INCLUDE partition AS part
+    WITH (connector = 'kafka', topic = 'page_views', properties.bootstrap.server = '{bootstrap}',
+          scan.startup.mode = 'earliest') FORMAT PLAIN ENCODE JSON;
+CREATE MATERIALIZED VIEW slow_pages AS
+    SELECT page, count(*) AS views, avg(ms) AS avg_ms FROM page_views WHERE ms > 800 GROUP BY page;
+"""
+LATE_KAFKA_MV = "views_per_user"
+LATE_KAFKA_SQL = (f"CREATE MATERIALIZED VIEW {LATE_KAFKA_MV} AS SELECT user_id, count(*) AS views, "
+                  "count(DISTINCT page) AS pages, max(ts) AS last_seen FROM page_views GROUP BY user_id")
+
+
+def _produce(bootstrap: str, stop: threading.Event) -> None:
+    """Page views, 3 partitions, about `VIEWS_PER_S` a second; one in 200 is not JSON."""
+    import logging
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": logging.getLogger("sparkwave.demo.kafka")}
+    admin = AdminClient(conf)  # held until the topic exists: a collected client aborts the request
+    for f in admin.create_topics(
+            [NewTopic(TOPIC, num_partitions=3, replication_factor=1)]).values():
+        f.result()
+    producer = Producer({**conf, "linger.ms": 20})
+    rnd, i = random.Random(7), 0
+    while not stop.is_set():
+        for _ in range(VIEWS_PER_S // 10):
+            user = rnd.randint(1, 500)
+            view = {"user_id": user, "page": f"/p/{rnd.randint(1, 40)}", "ms": int(rnd.expovariate(1 / 300)),
+                    "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            value = json.dumps(view).encode() if i % 200 != 199 else b"{truncated"
+            producer.produce(TOPIC, key=str(user).encode(), value=value, partition=user % 3)
+            i += 1
+        producer.poll(0)
+        stop.wait(0.1)
+    producer.flush(10)
 
 
 
@@ -43,43 +89,77 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
         console.print(f"epoch [cyan]{r.epoch}[/]  rows in [green]{r.rows_in:>5}[/]  "
                       f"latency [yellow]{r.latency_ms:6.0f} ms[/]  changes: {out}{jobs}", highlight=False)
 
+    broker = Broker(Path(warehouse + "-kafka")).start()
+    console.print(f"Kafka broker (noida-db) on {broker.bootstrap}; a producer writes ~{VIEWS_PER_S} JSON page "
+                  f"views/s to topic {TOPIC!r}")
+    stop = threading.Event()
+    producer = threading.Thread(target=_produce, args=(broker.bootstrap, stop), daemon=True)
+    producer.start()
     started = time.time()
-    with connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
-        session.append(s)
-        try:
-            s.sql(tables_sql(2300))
-            s.sql(FIRST_MVS)
-            console.print("[bold]pipeline running:[/] tables person, auction, bid; MVs bids_above_90k, bids_in_euro, "
-                          "west_coast_sellers (join + aggregate), busiest_auctions_10s (TUMBLE window)")
-            while time.time() - started < seconds / 2:
-                time.sleep(0.2)
-            console.print(f"[bold magenta]creating MV {LATE_MV} (Nexmark q4) on the live pipeline (snapshot "
-                          "backfill in the background; the pipeline keeps committing) ...[/]")
-            t0 = time.time()
-            s.sql("SET background_ddl = true; SET backfill_chunk_rows = 20000")
-            s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV} AS {QUERIES['q4']}")
-            s.wait()
-            job = next(j for j in s.jobs() if j.name == LATE_MV)
-            console.print(f"[bold magenta]{LATE_MV} joined the pipeline at epoch {job.merged_epoch} "
-                          f"after {time.time() - t0:.1f} s ({job.rows_total:,} snapshot rows in {len(job.chunks)} "
-                          "chunks)[/]")
-            while time.time() - started < seconds:
-                time.sleep(0.2)
-        except KeyboardInterrupt:
-            console.print("[bold]interrupted, stopping cleanly ...[/]")
-        epoch = s.flush()
-        console.print(f"\n[bold]final state at committed epoch {epoch}[/]")
-        from sparkwave.cli.main import print_frame
-
-        counts = [{"relation": r.name, "rows": s.table(r.name).count()} for r in s.catalog.relations()]
-        print_frame(console, counts, ["relation", "rows"], title="rows per relation")
-        for title, query in [("bids_above_90k: top 5 by price",
-                              "SELECT * FROM bids_above_90k ORDER BY price DESC LIMIT 5"),
-                             ("west_coast_sellers", "SELECT * FROM west_coast_sellers ORDER BY state"),
-                             (f"{LATE_MV} (Nexmark q4)", f"SELECT * FROM {LATE_MV} ORDER BY category")]:
-            if s.catalog.relation(query.split(" FROM ")[1].split()[0]) is None:
-                continue
-            df = s.sql(query)
-            assert df is not None
-            print_frame(console, df.toArrow().to_pylist(), df.columns, title=title)
+    try:
+        with connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
+            session.append(s)
+            _run(console, s, broker.bootstrap, started, seconds)
+    finally:
+        stop.set()
+        producer.join(15)
+        broker.stop()
+        shutil.rmtree(warehouse + "-kafka", ignore_errors=True)
     return 0
+
+
+def _run(console: Console, s: Session, bootstrap: str, started: float, seconds: float) -> None:
+    try:
+        s.sql(tables_sql(2300))
+        s.sql(FIRST_MVS)
+        s.sql(KAFKA_SQL.format(bootstrap=bootstrap))
+        console.print("[bold]pipeline running:[/] tables person, auction, bid; MVs bids_above_90k, bids_in_euro, "
+                      "west_coast_sellers (join + aggregate), busiest_auctions_10s (TUMBLE window); "
+                      "Kafka source page_views, MV slow_pages")
+        while time.time() - started < seconds / 2:
+            time.sleep(0.2)
+        console.print(f"[bold magenta]creating MV {LATE_MV} (Nexmark q4) on the live pipeline (snapshot "
+                      "backfill in the background; the pipeline keeps committing) ...[/]")
+        t0 = time.time()
+        s.sql("SET background_ddl = true; SET backfill_chunk_rows = 20000")
+        s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV} AS {QUERIES['q4']}")
+        s.wait()
+        job = next(j for j in s.jobs() if j.name == LATE_MV)
+        console.print(f"[bold magenta]{LATE_MV} joined the pipeline at epoch {job.merged_epoch} "
+                      f"after {time.time() - t0:.1f} s ({job.rows_total:,} snapshot rows in {len(job.chunks)} "
+                      "chunks)[/]")
+        console.print(f"[bold magenta]creating MV {LATE_KAFKA_MV} on the Kafka source: a source backfill "
+                      "reads the topic's history from Kafka, then switches to the shared reader ...[/]")
+        t0 = time.time()
+        s.sql(LATE_KAFKA_SQL)
+        s.wait()
+        job = next(j for j in s.jobs() if j.name == LATE_KAFKA_MV)
+        console.print(f"[bold magenta]{LATE_KAFKA_MV} joined the pipeline at epoch {job.merged_epoch} after "
+                      f"{time.time() - t0:.1f} s ({job.rows_total:,} messages of history)[/]")
+        while time.time() - started < seconds:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        console.print("[bold]interrupted, stopping cleanly ...[/]")
+    epoch = s.flush()
+    console.print(f"\n[bold]final state at committed epoch {epoch}[/]")
+    from sparkwave.cli.main import print_frame
+
+    counts = [{"relation": r.name, "rows": s.table(r.name).count()} for r in s.catalog.relations()
+              if r.kind != "source"]
+    print_frame(console, counts, ["relation", "rows"], title="rows per relation")
+    src = s.sql("SHOW SOURCES")
+    assert src is not None
+    print_frame(console, src.toArrow().to_pylist(), src.columns, title="sources (bad records set aside: "
+                "SHOW SOURCE ERRORS)")
+    for title, query in [("bids_above_90k: top 5 by price",
+                          "SELECT * FROM bids_above_90k ORDER BY price DESC LIMIT 5"),
+                         ("west_coast_sellers", "SELECT * FROM west_coast_sellers ORDER BY state"),
+                         (f"{LATE_MV} (Nexmark q4)", f"SELECT * FROM {LATE_MV} ORDER BY category"),
+                         ("slow_pages (Kafka): top 5", "SELECT * FROM slow_pages ORDER BY views DESC LIMIT 5"),
+                         (f"{LATE_KAFKA_MV} (Kafka, source backfill): top 5",
+                          f"SELECT * FROM {LATE_KAFKA_MV} ORDER BY views DESC, user_id LIMIT 5")]:
+        if s.catalog.relation(query.split(" FROM ")[1].split()[0]) is None:
+            continue
+        df = s.sql(query)
+        assert df is not None
+        print_frame(console, df.toArrow().to_pylist(), df.columns, title=title)
