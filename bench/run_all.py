@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from bench import bench_backfill, bench_barrier, bench_dataflow, bench_long_run, bench_storage, bench_throughput
+from bench import (
+    bench_backfill,
+    bench_barrier,
+    bench_dataflow,
+    bench_kafka,
+    bench_long_run,
+    bench_stateful_backfill,
+    bench_storage,
+    bench_throughput,
+)
 
 if __name__ == "__main__":
-    for b in (bench_barrier, bench_throughput, bench_storage, bench_backfill, bench_dataflow, bench_long_run):
+    for b in (bench_barrier, bench_throughput, bench_storage, bench_backfill, bench_dataflow,
+              bench_stateful_backfill, bench_long_run, bench_kafka):
         b.main()
