@@ -118,3 +118,28 @@ def check_epoch(session, epoch: int, tables: dict[str, tuple[str, list[tuple]]],
         expected = multiset(db.execute(duckdb_sql(sql, db)).fetchall())
         got = multiset(rows_of(session.table(name, as_of=epoch)))
         assert got == expected, f"{name} at epoch {epoch}: missing {expected - got}, extra {got - expected}"
+
+
+# The events most Kafka tests use: `ev (id, name, price)` with partition and offset included.
+EV_DDL = "id INTEGER, name VARCHAR, price DOUBLE, p INTEGER, o BIGINT"
+EV_COLS = ["id", "name", "price"]
+
+
+def event(i: int) -> dict:
+    return {"id": i, "name": f"n{i % 7}", "price": (i * 37) % 100 + 0.5}
+
+
+def good(obj: dict) -> bool:
+    return isinstance(obj.get("id"), int) and not isinstance(obj.get("id"), bool)
+
+
+def produce_events(topic: Topic, lo: int, hi: int, bad: bytes | None = None, every: int = 53) -> None:
+    """Events `lo..hi-1` round-robin over the partitions; with `bad`, every `every`-th is that payload."""
+    for i in range(lo, hi):
+        topic.produce(event(i) if bad is None or i % every != 7 else bad, i % topic.partitions)
+    topic.flush()
+
+
+def ev_sql(topic: Topic, kind: str = "TABLE", **options: str) -> str:
+    return (f"CREATE {kind} ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
+            f"WITH ({topic.options(**options)}) FORMAT PLAIN ENCODE JSON")

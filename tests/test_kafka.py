@@ -16,11 +16,22 @@ import pytest
 import sparkwave
 from sparkwave.cli.kafka_broker import Broker, free_port
 from sparkwave.core.errors import SqlError
-from tests.kafka_util import Topic, check_epoch, offsets_at, plain_rows, read_by, upsert_rows
+from tests.kafka_util import (
+    EV_COLS,
+    EV_DDL,
+    Topic,
+    check_epoch,
+    ev_sql,
+    event,
+    good,
+    offsets_at,
+    plain_rows,
+    produce_events,
+    read_by,
+    upsert_rows,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-EV_DDL = "id INTEGER, name VARCHAR, price DOUBLE, p INTEGER, o BIGINT"
-EV_COLS = ["id", "name", "price"]
 MVS = {
     "cheap": "SELECT id, name, price FROM ev WHERE price < 50",
     "per_partition": "SELECT p, count(*) AS n, sum(price) AS total, max(o) AS last FROM ev GROUP BY p",
@@ -28,21 +39,10 @@ MVS = {
 }
 
 
-def event(i: int) -> dict:
-    return {"id": i, "name": f"n{i % 7}", "price": (i * 37) % 100 + 0.5}
-
-
-def good(obj: dict) -> bool:
-    return isinstance(obj.get("id"), int) and not isinstance(obj.get("id"), bool)
-
-
 def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafka):
     topic = Topic(kafka.bootstrap, 3)
-    for i in range(30):
-        topic.produce(event(i), i % 3)
-    topic.flush()
-    session.sql(f"CREATE TABLE ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
-                f"WITH ({topic.options(**{'max.rows.per.epoch': '45'})}) FORMAT PLAIN ENCODE JSON")
+    produce_events(topic, 0, 30)
+    session.sql(ev_sql(topic, **{"max.rows.per.epoch": "45"}))
     session.sql("CREATE TABLE d (k int PRIMARY KEY, label varchar)")
     session.sql("INSERT INTO d VALUES (0, 'zero'), (1, 'one'), (3, 'three')")
     for name, sql in MVS.items():
@@ -101,11 +101,8 @@ def test_an_upsert_table_applies_updates_and_tombstones_by_key(session, kafka):
 
 def test_new_partitions_are_read_from_their_first_offset_and_latest_skips_history(session, kafka):
     topic = Topic(kafka.bootstrap, 2)
-    for i in range(10):
-        topic.produce(event(i), i % 2)
-    topic.flush()
-    session.sql(f"CREATE TABLE ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
-                f"WITH ({topic.options(**{'scan.startup.mode': 'latest'})}) FORMAT PLAIN ENCODE JSON")
+    produce_events(topic, 0, 10)
+    session.sql(ev_sql(topic, **{"scan.startup.mode": "latest"}))
     session.sql(f"CREATE MATERIALIZED VIEW {'per_partition'} AS {MVS['per_partition']}")
     topic.add_partitions(3)
     for i in range(10, 40):
@@ -143,8 +140,7 @@ def test_a_broker_that_goes_away_stops_only_its_source_which_resumes_exactly(spa
     try:
         topic = Topic(broker.bootstrap, 2)
         with sparkwave.connect(tmp_path / "wh", spark=spark, barrier_interval_ms=3_600_000) as s:
-            s.sql(f"CREATE TABLE ev (id int, name varchar, price double) INCLUDE partition AS p "
-                  f"INCLUDE offset AS o WITH ({topic.options()}) FORMAT PLAIN ENCODE JSON")
+            s.sql(ev_sql(topic))
             s.sql("CREATE TABLE t (k int PRIMARY KEY, v int)")
             s.sql(f"CREATE MATERIALIZED VIEW per_partition AS {MVS['per_partition']}")
             for i in range(20):
@@ -157,6 +153,7 @@ def test_a_broker_that_goes_away_stops_only_its_source_which_resumes_exactly(spa
             assert [r.v for r in s.table("t").collect()] == [10]
             status = s.sql("SHOW SOURCES").collect()[0].status
             assert status is not None and "cannot be reached" in status, status
+            assert next(j for j in s.jobs() if j.name == "ev").error == status  # SHOW JOBS says it too
             broker.start()
             for i in range(20, 50):
                 topic.produce(event(i), i % 2)
@@ -165,6 +162,7 @@ def test_a_broker_that_goes_away_stops_only_its_source_which_resumes_exactly(spa
             while sum(offsets_at(s, "ev", epochs[-1]).values()) < 50:
                 epochs.append(s.flush())
             assert s.sql("SHOW SOURCES").collect()[0].status is None
+            assert next(j for j in s.jobs() if j.name == "ev").error is None
             read = {e for e, _ in s.catalog.source_ranges("ev")}
             for epoch in sorted({e for e in epochs if e in read} | {epochs[-1]}):
                 rows = plain_rows(read_by(topic, offsets_at(s, "ev", epoch)), EV_COLS)

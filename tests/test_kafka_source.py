@@ -15,11 +15,20 @@ import pytest
 
 import sparkwave
 from sparkwave.core.errors import CatalogError, SqlError
-from tests.kafka_util import Topic, check_epoch, offsets_at, plain_rows, read_by
+from tests.kafka_util import (
+    EV_COLS,
+    EV_DDL,
+    Topic,
+    check_epoch,
+    ev_sql,
+    good,
+    offsets_at,
+    plain_rows,
+    produce_events,
+    read_by,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-EV_DDL = "id INTEGER, name VARCHAR, price DOUBLE, p INTEGER, o BIGINT"
-EV_COLS = ["id", "name", "price"]
 D_ROWS = [(0, "zero"), (1, "one"), (3, "three")]
 MVS = {
     "cheap": "SELECT id, name, price FROM ev WHERE price < 20",
@@ -29,23 +38,12 @@ MVS = {
 }
 
 
-def event(i: int) -> dict:
-    return {"id": i, "name": f"n{i % 7}", "price": (i * 37) % 100 + 0.5}
-
-
-def good(obj: dict) -> bool:
-    return isinstance(obj.get("id"), int)
-
-
 def source_sql(topic: Topic, per_epoch: int) -> str:
-    return (f"CREATE SOURCE ev (id int, name varchar, price double) INCLUDE partition AS p INCLUDE offset AS o "
-            f"WITH ({topic.options(**{'max.rows.per.epoch': str(per_epoch)})}) FORMAT PLAIN ENCODE JSON")
+    return ev_sql(topic, "SOURCE", **{"max.rows.per.epoch": str(per_epoch)})
 
 
 def produce(topic: Topic, lo: int, hi: int) -> None:
-    for i in range(lo, hi):
-        topic.produce(event(i) if i % 53 != 7 else b"{oops", i % topic.partitions)
-    topic.flush()
+    produce_events(topic, lo, hi, bad=b"{oops")
 
 
 def check_all(s, topic: Topic, names: list[str]) -> None:

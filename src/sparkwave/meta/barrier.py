@@ -250,8 +250,13 @@ class BarrierLoop:
         elapsed_ms = min(self.interval_ms, max(0, (time.time() - since) * 1000))
         for rel in self.rt.catalog.relations():
             conn = self.rt.connector(rel)
-            if conn is not None and (ranges := conn.plan(self.rt.catalog.source_offsets(rel.name), elapsed_ms)):
+            if conn is None:
+                continue
+            before = conn.status
+            if ranges := conn.plan(self.rt.catalog.source_offsets(rel.name), elapsed_ms):
                 sources[rel.name] = ranges
+            if conn.status != before and (job := self.rt.catalog.job_of(rel.name)) is not None:
+                self.rt.catalog.set_job_error(job.id, conn.status)  # why it waits, in SHOW JOBS too
         # Staged DML in statement order, whole batches up to `dml_rows_per_epoch` rows (at least one):
         # an epoch's input stays bounded, and what is left goes to the next epoch at once.
         budget = Settings(self.rt.catalog).dml_rows_per_epoch

@@ -69,7 +69,9 @@ MAX_WRITERS = 4  # a chunk's tables written at once
 
 
 class Strategy(StrEnum):
-    """How a new MV is filled (see the module docstring). Source and sink backfills will plug in here."""
+    """How a new MV is filled (see the module docstring). Any strategy backfills from a source: the
+    source's history and its epochs after `S` are read from Kafka (`Runtime.snapshot`,
+    `Runtime.source_log`), not from storage. Sink backfills will plug in here."""
 
     BLOCKING = "blocking"
     SNAPSHOT = "snapshot"
