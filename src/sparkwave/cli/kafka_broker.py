@@ -5,11 +5,9 @@ install: it comes with sparkwave's dependencies."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,11 +23,20 @@ def free_port() -> int:
 
 
 def _binary() -> str:
-    beside = Path(sys.executable).with_name("noida-db")
-    found = str(beside) if beside.exists() else shutil.which("noida-db")
-    if not found:
-        raise SparkwaveError("the noida-db broker is not installed (pip install noida-db)")
-    return found
+    """The broker's own executable (the `noida-db` script only wraps it in a child process, which a
+    stop would not reach)."""
+    try:
+        from importlib.resources import files
+
+        binary = files("noida_db").joinpath("noida-db")
+    except ModuleNotFoundError:
+        raise SparkwaveError("the noida-db broker is not installed (pip install noida-db)") from None
+    path = Path(str(binary))
+    if not path.is_file():
+        raise SparkwaveError(f"the noida-db package has no broker executable at {path}")
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return str(path)
 
 
 class Broker:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from typing import Any
@@ -118,8 +119,23 @@ class Kafka(Connector):
             self._consumer = Consumer(consumer_config(self.bootstrap, self.properties))
         return self._consumer
 
+    def _check_reachable(self) -> None:
+        """Raises SqlError unless one bootstrap server accepts a connection. (The client answers
+        metadata and watermark requests from its cache while the broker is down, so a plan built on
+        them alone would read ranges that no task can fetch.)"""
+        last: OSError | None = None
+        for server in self.bootstrap.split(","):
+            host, _, port = server.strip().rpartition(":")
+            try:
+                with socket.create_connection((host or "localhost", int(port or 9092)), timeout=BROKER_TIMEOUT_S):
+                    return
+            except (OSError, ValueError) as e:
+                last = e if isinstance(e, OSError) else OSError(str(e))
+        raise SqlError(f"source {self.table!r}: Kafka broker {self.bootstrap} cannot be reached: {last}")
+
     def partitions(self) -> list[int]:
         """The topic's partitions; raises SqlError if the broker or the topic cannot be reached."""
+        self._check_reachable()
         try:
             md = self._client().list_topics(self.topic, timeout=BROKER_TIMEOUT_S)
         except Exception as e:
