@@ -92,10 +92,9 @@ def _timestamp(with_zone: bool) -> Callable[[Any], Any]:
                 raise ValueError(f"expected an ISO 8601 timestamp or epoch milliseconds, got {_show(v)}") from None
         else:
             raise ValueError(f"expected an ISO 8601 timestamp or epoch milliseconds, got {_show(v)}")
-        if t.tzinfo is not None:
-            t = t.astimezone(_UTC)
-        t = t.replace(tzinfo=None)
-        return t.replace(tzinfo=_UTC) if with_zone else t
+        if with_zone:  # an aware value is converted to UTC when it becomes Arrow's
+            return t if t.tzinfo is not None else t.replace(tzinfo=_UTC)
+        return t.astimezone(_UTC).replace(tzinfo=None) if t.tzinfo is not None else t
     return conv
 
 

@@ -10,7 +10,6 @@ Rows carry the stored columns of the relation, in order, then `_op`, `_seq`, `_e
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkwave.connectors.base import ERROR, RAW
@@ -107,7 +107,7 @@ def read_range(spec: ReadSpec, p: int, start: int, end: int) -> Iterator[pa.Reco
     raises, so the epoch fails and is replayed rather than committed half-read."""
     from confluent_kafka import Consumer, TopicPartition
 
-    batch = _Batch(spec)
+    batch = _Batch(spec, p)
     consumer = Consumer(consumer_config(spec.bootstrap, spec.properties))
     try:
         consumer.assign([TopicPartition(spec.topic, p, start)])
@@ -123,7 +123,7 @@ def read_range(spec: ReadSpec, p: int, start: int, end: int) -> Iterator[pa.Reco
                     pos = end
                     break
                 pos = offset + 1
-                batch.add(p, m)
+                batch.add(m)
             if msgs:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > IDLE_CHECK_S and pos < end:
@@ -154,52 +154,64 @@ def _skip_missing(consumer: Any, tp: Any, pos: int, end: int, idle_since: float,
 
 
 class _Batch:
-    """Rows being decoded, column by column, flushed as Arrow record batches."""
+    """Rows of one partition being decoded, kept column by column, flushed as Arrow record batches;
+    metadata columns (row id, partition, offset, timestamp) are built per batch, not per row."""
 
-    def __init__(self, spec: ReadSpec) -> None:
+    def __init__(self, spec: ReadSpec, partition: int) -> None:
         self.spec = spec
-        self.value_cols = [(n, t) for n, t in spec.columns if n not in spec.roles]
-        self.decoder = JsonDecoder(self.value_cols)
+        self.partition = partition
+        self.value_names = [n for n, _ in spec.columns if n not in spec.roles]
+        self.decoder = JsonDecoder([(n, t) for n, t in spec.columns if n not in spec.roles])
         self.key_decoder = JsonDecoder([(n, t) for n, t in spec.columns if n in spec.key])
+        self.key_slots = [self.value_names.index(k) for k in spec.key if k in self.value_names]
         self.schema = pa.schema([*(pa.field(n, arrow_type(t)) for n, t in spec.columns),
                                  pa.field("_op", pa.int8()), pa.field("_seq", pa.int64()),
                                  pa.field(ERROR, pa.string()), pa.field(RAW, pa.string())])
+        self.null_row: list[Any] = [None] * len(self.value_names)
         self._reset()
 
     def _reset(self) -> None:
-        self.cols: dict[str, list[Any]] = {f.name: [] for f in self.schema}
-        self.rows = 0
+        self.values: list[list[Any]] = [[] for _ in self.value_names]
+        self.offsets: list[int] = []
+        self.times: list[int | None] = []
+        self.keys: list[bytes | None] = []
+        self.ops: list[int] = []
+        self.errors: list[str | None] = []
+        self.raws: list[str | None] = []
+        self.bad = False
 
-    def add(self, p: int, m: Any) -> None:
-        offset, value, key = m.offset(), m.value(), m.key()
-        ts_type, ts_ms = m.timestamp()
-        meta = {"row_id": (p << SEQ_PARTITION_SHIFT) | offset, "partition": p, "offset": offset,
-                "timestamp": dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC) if ts_type and ts_ms >= 0 else None,
-                "key": key.decode("utf-8", "replace") if key is not None else None}
-        op, error, values = UPSERT, None, {}
+    @property
+    def rows(self) -> int:
+        return len(self.offsets)
+
+    def add(self, m: Any) -> None:
+        value, key = m.value(), m.key()
+        op, error = UPSERT, None
         try:
             if value is None:
                 if not self.spec.upsert:
                     raise BadRecord("message has no value (a tombstone) but the format is PLAIN")
-                op, values = KEY_DELETE, self._key_values(key)
+                op, row = KEY_DELETE, self._key_row(key)
             else:
-                values = dict(zip([n for n, _ in self.value_cols], self.decoder.decode(value), strict=True))
-                if self.spec.upsert:
-                    missing = [k for k in self.spec.key if values.get(k) is None]
-                    if missing:
-                        values.update({k: v for k, v in self._key_values(key).items() if k in missing})
+                row = self.decoder.decode(value)
+                if self.spec.upsert and any(row[i] is None for i in self.key_slots):
+                    from_key = self._key_row(key)
+                    row = [v if v is not None else from_key[i] for i, v in enumerate(row)]
         except BadRecord as e:
-            error, values = str(e), {}
-        for name, _ in self.spec.columns:
-            role = self.spec.roles.get(name)
-            self.cols[name].append(meta[role] if role else values.get(name))
-        self.cols["_op"].append(op)
-        self.cols["_seq"].append(meta["row_id"])
-        self.cols[ERROR].append(error)
-        self.cols[RAW].append(None if error is None else _raw(value, key))
-        self.rows += 1
+            error, row = str(e), self.null_row
+            self.bad = True
+        for col, v in zip(self.values, row, strict=True):
+            col.append(v)
+        ts_type, ts_ms = m.timestamp()
+        self.offsets.append(m.offset())
+        self.times.append(ts_ms if ts_type and ts_ms >= 0 else None)
+        self.keys.append(key)
+        self.ops.append(op)
+        self.errors.append(error)
+        self.raws.append(None if error is None else _raw(value, key))
 
-    def _key_values(self, key: bytes | None) -> dict[str, Any]:
+    def _key_row(self, key: bytes | None) -> list[Any]:
+        """A row of NULLs but for the primary key, decoded from the message key."""
         if key is None:
             raise BadRecord("an upsert message needs a key (the primary key)")
         try:
@@ -210,15 +222,28 @@ class _Batch:
             if len(self.spec.key) != 1:
                 raise BadRecord(f"the message key must be a JSON object with {', '.join(self.spec.key)}")
             obj = {self.spec.key[0]: obj}
-        values = dict(zip(self.spec.key, self.key_decoder.values(obj), strict=True))
-        missing = [k for k, v in values.items() if v is None]
+        found = dict(zip(self.spec.key, self.key_decoder.values(obj), strict=True))
+        missing = [k for k, v in found.items() if v is None]
         if missing:
             raise BadRecord(f"the message key has no {', '.join(missing)}")
-        return values
+        return [found.get(n) for n in self.value_names]
 
     def flush(self) -> pa.RecordBatch:
-        out = pa.RecordBatch.from_arrays([pa.array(self.cols[f.name], f.type) for f in self.schema],
-                                         schema=self.schema)
+        n = self.rows
+        offsets = pa.array(self.offsets, pa.int64())
+        row_id = pc.bit_wise_or(offsets, pa.scalar(self.partition << SEQ_PARTITION_SHIFT, pa.int64()))
+        meta = {"row_id": row_id, "partition": pa.array([self.partition] * n, pa.int32()), "offset": offsets,
+                "timestamp": pa.array(self.times, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+                "key": pa.array([k.decode("utf-8", "replace") if k is not None else None for k in self.keys]
+                                if "key" in self.spec.roles.values() else [None] * n, pa.string())}
+        by_name = dict(zip(self.value_names, self.values, strict=True))
+        arrays = [meta[self.spec.roles[f.name]] if f.name in self.spec.roles else pa.array(by_name[f.name], f.type)
+                  for f in self.schema if f.name not in ("_op", "_seq", ERROR, RAW)]
+        arrays = [a.cast(f.type) for a, f in zip(arrays, self.schema, strict=False)]
+        clean = [None] * n
+        arrays += [pa.array(self.ops, pa.int8()), row_id, pa.array(self.errors if self.bad else clean, pa.string()),
+                   pa.array(self.raws if self.bad else clean, pa.string())]
+        out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._reset()
         return out
 
