@@ -63,11 +63,10 @@ def _sources(rt: Runtime) -> DataFrame:
         options = rel.definition.get("connector")
         if not options:
             continue
-        conn = rt.connector(rel)
         offsets = rt.catalog.source_offsets(rel.name)
         rows.append((rel.name, rel.kind, options.get("connector"), options.get("topic"), len(offsets),
                      json.dumps(dict(sorted(offsets.items(), key=lambda o: int(o[0]) if o[0].isdigit() else 0))),
-                     errors.get(rel.name, 0), conn.status if conn is not None else None))
+                     errors.get(rel.name, 0), rt.source_status(rel.name)))
     return rt.spark.createDataFrame(
         rows, "name string, kind string, connector string, topic string, splits int, committed_offsets string, "
               "bad_records bigint, status string")

@@ -32,6 +32,8 @@ class Runtime(Store):
         self._connectors: dict[str, Connector] = {}
 
     def connector(self, rel: Relation) -> Connector | None:
+        """The relation's connector for the barrier loop (its thread alone uses the client; an ALTER
+        of the options replaces it at the next plan)."""
         options = rel.definition.get("connector")
         if not options:
             return None
@@ -43,6 +45,20 @@ class Runtime(Store):
             if conn is None:
                 conn = self._connectors[rel.name] = make_connector(rel.name, rel.schema, options)
             return conn
+
+    def _reader(self, rel: Relation) -> Connector:
+        """A connector of its own for a creating job's reads: they go through Spark, not the cached
+        connector's client, which only the barrier loop's thread uses (and may replace)."""
+        options = rel.definition.get("connector")
+        assert options, f"BUG: source {rel.name!r} has no connector"
+        return make_connector(rel.name, rel.schema, options)
+
+    def source_status(self, name: str) -> str | None:
+        """Why a relation's connector is not advancing, as the barrier loop last found; read without
+        touching the connector (only the barrier loop's thread uses its client)."""
+        with self._lock:
+            conn = self._connectors.get(name)
+        return conn.status if conn is not None else None
 
     def forget(self, name: str) -> None:
         super().forget(name)
@@ -61,8 +77,7 @@ class Runtime(Store):
         if rel.kind != "source":
             return super().snapshot(rel, epoch, vnodes)
         ranges = slot_ranges(self._source_snapshot(rel, epoch), vnodes)
-        conn = self.connector(rel)
-        assert conn is not None, f"BUG: source {rel.name!r} has no connector"
+        conn = self._reader(rel)
         if not ranges:
             return self.spark.createDataFrame([], "_vnode smallint, " + rel.schema.spark_ddl())
         rows = conn.read(self.spark, ranges)
@@ -92,8 +107,7 @@ class Runtime(Store):
     def source_log(self, rel: Relation, after: int, upto: int, folder: Path) -> list[tuple[int, str]]:
         """A source's log rows of the epochs in `(after, upto]`, read again from its connector by the
         ranges those epochs committed, as log files `(epoch, path)` in `folder` (a creating job's)."""
-        conn = self.connector(rel)
-        assert conn is not None, f"BUG: source {rel.name!r} has no connector"
+        conn = self._reader(rel)
         epochs = [(e, r) for e, r in self.catalog.source_ranges(rel.name, after) if e <= upto]
         if not epochs:
             return []
