@@ -227,8 +227,47 @@ def test_alter_source_rate_limit_pauses_and_releases_the_source(session, kafka):
     session.flush()
     assert session.table("ev").count() == 0 and session.table("t").count() == 1  # only the source waits
     assert session.sql("SHOW SOURCES").collect()[0].status == "paused (source_rate_limit = 0)"
+    assert next(j for j in session.jobs() if j.name == "ev").error == "paused (source_rate_limit = 0)"
     session.sql("ALTER TABLE ev SET source_rate_limit TO DEFAULT")
     session.flush()
     assert sorted(r.id for r in session.table("ev").collect()) == list(range(40))
+    assert next(j for j in session.jobs() if j.name == "ev").error is None  # the pause no longer said
     with pytest.raises(SqlError, match="not a Kafka source"):
         session.sql("ALTER SOURCE t SET SOURCE_RATE_LIMIT = 5")
+
+
+def test_the_decoder_turns_any_failure_of_a_message_into_a_bad_record():
+    from sparkwave.connectors.json_decode import BadRecord, JsonDecoder
+    from sparkwave.connectors.kafka_reader import ERROR, ReadSpec, _Batch
+
+    d = JsonDecoder([("n", "decimal(38,2)"), ("t", "timestamp")])
+    assert str(d.decode(json.dumps({"n": "123456789012345678901234567890.125"}))[0]) == \
+        "123456789012345678901234567890.13"  # 38 digits fit, beyond the default context's 28
+    with pytest.raises(BadRecord, match="column t"):
+        d.decode(json.dumps({"t": "0001-01-01T00:00:00+01:00"}))  # before year 1 in UTC
+    with pytest.raises(BadRecord, match="not valid JSON"):
+        d.decode("[" * 100_000)
+
+    class Msg:
+        def __init__(self, offset: int, value: bytes) -> None:
+            self.o, self.v = offset, value
+
+        def offset(self) -> int:
+            return self.o
+
+        def value(self) -> bytes:
+            return self.v
+
+        def key(self) -> None:
+            return None
+
+        def timestamp(self) -> tuple[int, int]:
+            return (1, 1_700_000_000_000)
+
+    spec = ReadSpec("b", "t", {}, [("n", "decimal(38,2)"), ("_row_id", "bigint")], {"_row_id": "row_id"},
+                    ["_row_id"], False)
+    batch = _Batch(spec, 0)
+    for i, v in enumerate([b'{"n": 1}', b"{" * 5000, b'{"n": 2}']):
+        batch.add(Msg(i, v))
+    out = batch.flush().to_pydict()
+    assert [e is None for e in out[ERROR]] == [True, False, True] and out["_row_id"] == [0, 1, 2]

@@ -54,9 +54,10 @@ class Broker:
 
     def start(self) -> Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        binary = _binary()
         log = open(self.data_dir / "broker.log", "ab")  # noqa: SIM115 (the child holds it)
         self.proc = subprocess.Popen(
-            [_binary(), "start", "--only", "kafka", "--host", "127.0.0.1", "--kafka-port", str(self.port),
+            [binary, "start", "--only", "kafka", "--host", "127.0.0.1", "--kafka-port", str(self.port),
              "--data-dir", str(self.data_dir / "data")],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()

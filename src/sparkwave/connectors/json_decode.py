@@ -46,12 +46,13 @@ def _floating(v: Any) -> float:
 
 def _decimal(precision: int, scale: int) -> Callable[[Any], Any]:
     quantum = decimal.Decimal(1).scaleb(-scale)
+    context = decimal.Context(prec=precision + 2)  # the default 28 digits would refuse decimal(38, s)
 
     def conv(v: Any) -> decimal.Decimal:
         if isinstance(v, bool) or not isinstance(v, int | float | str):
             raise ValueError(f"expected a number, got {_show(v)}")
         try:
-            d = decimal.Decimal(str(v)).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+            d = decimal.Decimal(str(v)).quantize(quantum, rounding=decimal.ROUND_HALF_UP, context=context)
         except decimal.InvalidOperation:
             raise ValueError(f"expected a number, got {_show(v)}") from None
         if not d.is_finite() or len(d.as_tuple().digits) > precision:
@@ -128,7 +129,7 @@ class JsonDecoder:
     def decode(self, payload: bytes | str) -> list[Any]:
         try:
             obj = json.loads(payload)
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, RecursionError) as e:
             raise BadRecord(f"not valid JSON: {e}") from None
         if not isinstance(obj, dict):
             raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
@@ -149,6 +150,6 @@ class JsonDecoder:
                 continue
             try:
                 out.append(conv(v))
-            except ValueError as e:
+            except (ValueError, OverflowError) as e:
                 raise BadRecord(f"column {name}: {e}") from None
         return out

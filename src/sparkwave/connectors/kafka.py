@@ -20,6 +20,7 @@ import logging
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 import pyarrow as pa
@@ -46,7 +47,7 @@ KNOWN = {"connector", "topic", "properties.bootstrap.server", "properties.bootst
          "scan.startup.mode", "scan.startup.timestamp.millis", "source_rate_limit", "max.rows.per.epoch",
          "format", "encode"}
 
-_registered: set[int] = set()
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # sessions the reader is registered with
 _registered_lock = threading.Lock()
 
 
@@ -211,9 +212,9 @@ class Kafka(Connector):
 
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
         with _registered_lock:
-            if id(spark) not in _registered:
+            if spark not in _registered:
                 spark.dataSource.register(KafkaRangeSource)
-                _registered.add(id(spark))
+                _registered.add(spark)
         tasks = [[int(p), lo, min(hi, lo + TASK_OFFSETS)]
                  for p, (start, hi) in sorted(ranges.items(), key=lambda r: int(r[0]))
                  for lo in range(start, hi, TASK_OFFSETS)]

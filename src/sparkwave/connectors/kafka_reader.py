@@ -119,6 +119,8 @@ def read_range(spec: ReadSpec, p: int, start: int, end: int) -> Iterator[pa.Reco
                     last_error = str(m.error())
                     continue
                 offset = m.offset() or 0
+                if offset < pos:  # before the range: the consumer was reset to an earlier offset
+                    continue
                 if offset >= end:
                     pos = end
                     break
@@ -199,6 +201,9 @@ class _Batch:
                     row = [v if v is not None else from_key[i] for i, v in enumerate(row)]
         except BadRecord as e:
             error, row = str(e), self.null_row
+            self.bad = True
+        except Exception as e:  # whatever else a message makes the decoder raise is still that message's fault
+            error, row = f"cannot decode: {type(e).__name__}: {e}", self.null_row
             self.bad = True
         for col, v in zip(self.values, row, strict=True):
             col.append(v)

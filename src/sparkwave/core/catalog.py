@@ -358,7 +358,8 @@ class Catalog:
         with self.transaction() as db:
             floor = db.execute(
                 "SELECT min(e) FROM (SELECT coalesce(CAST(s.value AS INTEGER), r.created_epoch) AS e FROM relations r "
-                "LEFT JOIN settings s ON s.key = 'retained_from.' || r.name UNION ALL SELECT epoch FROM pins "
+                "LEFT JOIN settings s ON s.key = 'retained_from.' || r.name WHERE r.kind != 'source' "  # (keeps none)
+                "UNION ALL SELECT epoch FROM pins "
                 "UNION ALL SELECT consumed_epoch FROM jobs WHERE phase != 'created' AND consumed_epoch IS NOT NULL)"
             ).fetchone()[0]
             newest = db.execute("SELECT epoch FROM epochs WHERE state = 'committed' ORDER BY epoch DESC "

@@ -252,10 +252,9 @@ class BarrierLoop:
             conn = self.rt.connector(rel)
             if conn is None:
                 continue
-            before = conn.status
             if ranges := conn.plan(self.rt.catalog.source_offsets(rel.name), elapsed_ms):
                 sources[rel.name] = ranges
-            if conn.status != before and (job := self.rt.catalog.job_of(rel.name)) is not None:
+            if (job := self.rt.catalog.job_of(rel.name)) is not None and job.error != conn.status:
                 self.rt.catalog.set_job_error(job.id, conn.status)  # why it waits, in SHOW JOBS too
         # Staged DML in statement order, whole batches up to `dml_rows_per_epoch` rows (at least one):
         # an epoch's input stays bounded, and what is left goes to the next epoch at once.
@@ -282,7 +281,7 @@ class BarrierLoop:
             try:
                 e.chunks[rel.name] = self._execute(rel, e, dml)
             except Exception as err:
-                what = "materialized view" if rel.kind == "mv" else "table"
+                what = {"mv": "materialized view", "source": "source"}.get(rel.kind, "table")
                 raise PipelineError(f"epoch {e.epoch} failed at {what} {rel.name!r}: "
                                     f"{(str(err).strip().splitlines() or [type(err).__name__])[0][:300]}; "
                                     f"if it keeps failing, DROP {what.upper()} {rel.name} lets the pipeline "
