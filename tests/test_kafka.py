@@ -271,3 +271,20 @@ def test_the_decoder_turns_any_failure_of_a_message_into_a_bad_record():
         batch.add(Msg(i, v))
     out = batch.flush().to_pydict()
     assert [e is None for e in out[ERROR]] == [True, False, True] and out["_row_id"] == [0, 1, 2]
+
+
+def test_bad_records_beyond_the_kept_bound_are_counted(session, kafka, monkeypatch):
+    """A schema that fits no message must not pour every payload into the catalog: an epoch keeps
+    a bounded number per relation, and counts them all."""
+    import sparkwave.meta.barrier as barrier
+
+    monkeypatch.setattr(barrier, "MAX_BAD_RECORDS_KEPT", 3)
+    topic = Topic(kafka.bootstrap, 1)
+    for i in range(20):
+        topic.produce(b"nope" if i < 8 else event(i), 0)
+    topic.flush()
+    session.sql(ev_sql(topic))
+    session.flush()
+    assert [r.offset for r in session.sql("SHOW SOURCE ERRORS FROM ev").collect()] == [0, 1, 2]
+    assert session.sql("SHOW SOURCES").collect()[0].bad_records == 8
+    assert sorted(r.id for r in session.table("ev").collect()) == list(range(8, 20))

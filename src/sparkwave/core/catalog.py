@@ -9,7 +9,7 @@ is uncommitted work, redone or skipped on recovery. Tables:
 - `base_files(relation, epoch, path, rows)` + `bases(relation, epoch, version)`: compacted bases.
 - `source_offsets(relation, split, offset)`: committed offsets, written with the epoch's commit.
 - `source_errors(relation, split, offset, epoch, error, raw)`: bad source records, committed with
-  the epoch that read them.
+  the epoch that read them (at most a bounded number per epoch); `source_error_counts` counts all.
 - `source_snapshots(relation, epoch, ranges)`: a source's history as of an epoch a backfill reads
   it at: each split's offsets from its startup offset to the one committed at that epoch.
 - `dml(id, relation, path, rows, epoch)`: staged DML batches; `epoch` is set when planned.
@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS source_offsets (
 CREATE TABLE IF NOT EXISTS source_errors (
     relation TEXT NOT NULL, split TEXT NOT NULL, "offset" INTEGER NOT NULL, epoch INTEGER NOT NULL,
     error TEXT NOT NULL, raw TEXT, PRIMARY KEY (relation, split, "offset"));
+CREATE TABLE IF NOT EXISTS source_error_counts (relation TEXT PRIMARY KEY, count INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS source_snapshots (
     relation TEXT NOT NULL, epoch INTEGER NOT NULL, ranges TEXT NOT NULL, PRIMARY KEY (relation, epoch));
 CREATE TABLE IF NOT EXISTS dml (
@@ -301,16 +302,16 @@ class Catalog:
         db.execute("DELETE FROM jobs WHERE relation = ?", (name,))
         db.execute("DELETE FROM relations WHERE name = ?", (name,))
         db.execute("DELETE FROM settings WHERE key = ?", (f"retained_from.{name}",))
-        for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_snapshots", "dml",
-                      "pins"):
+        for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_error_counts",
+                      "source_snapshots", "dml", "pins"):
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
 
     # --- epochs ---------------------------------------------------------------------------------
     def forget_orphans(self) -> None:
         """Files, offsets and pins of relations that no longer exist (a DROP that crashed midway)."""
         with self.transaction() as db:
-            for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_snapshots",
-                          "pins"):
+            for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_error_counts",
+                          "source_snapshots", "pins"):
                 db.execute(f"DELETE FROM {table} WHERE relation NOT IN (SELECT name FROM relations)")
 
     def committed_epoch(self) -> int:
@@ -329,10 +330,13 @@ class Catalog:
 
     def commit_epoch(self, epoch: int, logs: list[tuple[str, str, int, int]],
                      offsets: dict[str, dict[str, int]], rows_in: int, latency_ms: float,
-                     errors: Sequence[tuple[str, str, int, str, str | None]] = ()) -> None:
-        """Mark `epoch` committed with its log files `(relation, path, rows, version)`, offsets and
-        bad source records `(relation, split, offset, error, raw)`."""
+                     errors: Sequence[tuple[str, str, int, str, str | None]] = (),
+                     bad_counts: dict[str, int] | None = None) -> None:
+        """Mark `epoch` committed with its log files `(relation, path, rows, version)`, offsets, the
+        bad source records kept `(relation, split, offset, error, raw)` and how many there were."""
         with self.transaction() as db:
+            db.executemany("INSERT INTO source_error_counts VALUES (?, ?) ON CONFLICT (relation) DO UPDATE "
+                           "SET count = count + excluded.count", list((bad_counts or {}).items()))
             db.executemany('INSERT OR REPLACE INTO source_errors VALUES (?, ?, ?, ?, ?, ?)',
                            [(r, s, o, epoch, err, raw) for r, s, o, err, raw in errors])
             db.executemany("INSERT OR REPLACE INTO log_files VALUES (?, ?, ?, ?, ?)",
@@ -444,6 +448,10 @@ class Catalog:
         """A source's starting offsets, decided at CREATE."""
         db.executemany('INSERT OR REPLACE INTO source_offsets VALUES (?, ?, ?)',
                        [(relation, s, o) for s, o in offsets.items()])
+
+    def source_error_counts(self) -> dict[str, int]:
+        """Bad records per relation, kept or not."""
+        return dict(self._all("SELECT relation, count FROM source_error_counts"))
 
     def source_errors(self, relation: str | None = None) -> list[tuple[str, str, int, int, str, str | None]]:
         """Bad source records `(relation, split, offset, epoch, error, raw)` in offset order."""

@@ -55,9 +55,7 @@ def describe(rt: Runtime, stmt: Statement) -> DataFrame:
 def _sources(rt: Runtime) -> DataFrame:
     """Each relation fed by a connector: where it reads, how far it has committed, how many bad
     records it set aside, and why it is not advancing if it is not."""
-    errors: dict[str, int] = {}
-    for r, *_ in rt.catalog.source_errors():
-        errors[r] = errors.get(r, 0) + 1
+    errors = rt.catalog.source_error_counts()
     rows = []
     for rel in rt.catalog.relations():
         options = rel.definition.get("connector")

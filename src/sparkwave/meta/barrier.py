@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sparkwave.barrier")
 MAIN_POOL = "main"  # the Spark scheduler pool of the main graph; creating jobs run in "backfill"
 MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many times in a row
+# Bad records kept (with their payload) per relation per epoch; all are counted. A schema that fits
+# no message must not pour a whole epoch's payloads into the catalog's commit.
+MAX_BAD_RECORDS_KEPT = 1000
 
 
 @dataclass
@@ -63,7 +66,8 @@ class _Epoch:
     plan: dict
     chunks: dict[str, pa.Table | None] = field(default_factory=dict)
     more: bool = False  # staged DML is left for the next epoch
-    errors: list[tuple[str, str, int, str, str]] = field(default_factory=list)  # bad source records
+    errors: list[tuple[str, str, int, str, str]] = field(default_factory=list)  # bad source records kept
+    bad_counts: dict[str, int] = field(default_factory=dict)  # bad source records per relation, all
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -304,7 +308,7 @@ class BarrierLoop:
         latency = (time.time() - t0) * 1000
         if rows_in:
             self.busy_at = time.time()
-        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.errors)
+        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.errors, e.bad_counts)
         for name in sources:
             self.rt.warehouse.remove_file(self.rt.stored(self.rt.relation(name)).log_file_path(e.epoch))
         self._forget_consumed_dml()  # before waking flush(): what it waited for is committed and tidied
@@ -375,10 +379,13 @@ class BarrierLoop:
             return chunk
         bad = pc.is_valid(chunk[ERROR])
         if pc.any(bad).as_py():
-            rows = chunk.filter(bad).select(["_seq", ERROR, RAW]).to_pylist()
+            found = chunk.filter(bad)
+            room = MAX_BAD_RECORDS_KEPT - sum(1 for r in e.errors if r[0] == rel.name)
+            rows = found.slice(0, max(0, room)).select(["_seq", ERROR, RAW]).to_pylist()
             conn = self.rt.connector(rel)
             assert conn is not None, f"BUG: bad records in {rel.name!r}, which has no connector"
             e.errors.extend((rel.name, *conn.position(r["_seq"]), r[ERROR], r[RAW]) for r in rows)
+            e.bad_counts[rel.name] = e.bad_counts.get(rel.name, 0) + found.num_rows
             chunk = chunk.filter(pc.invert(bad))
         return chunk.drop_columns([ERROR, RAW])
 
