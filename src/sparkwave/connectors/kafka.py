@@ -187,6 +187,7 @@ class Kafka(Connector):
         if time.time() < self._retry_at:
             return {}
         try:
+            self._client().poll(0)  # serves the client's queued log lines (to Python logging), else they pile up
             parts = self.partitions()
             marks = {p: self.watermarks(p) for p in parts}
         except Exception as e:
