@@ -82,7 +82,7 @@ def plain_read(bootstrap: str, topic: str, ranges: dict[str, list[int]], query: 
 def _schema() -> Schema:
     cols = [Column(n, parse_type(t)) for n, t in (("id", "bigint"), ("page", "varchar"), ("ms", "int"),
                                                   ("ts", "timestamptz"))]
-    cols += Kafka.extra_columns({}) + [Column("_row_id", parse_type("bigint"), hidden=True)]
+    cols.append(Column("_row_id", parse_type("bigint"), hidden=True))
     return Schema(tuple(cols), ("_row_id",), True)
 
 

@@ -79,9 +79,10 @@ def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafk
 
 def test_an_upsert_table_applies_updates_and_tombstones_by_key(session, kafka):
     topic = Topic(kafka.bootstrap, 2)
-    session.sql(f"CREATE TABLE kv (k int PRIMARY KEY, v int, tag varchar) WITH ({topic.options()}) "
-                "FORMAT UPSERT ENCODE JSON")
+    session.sql(f"CREATE TABLE kv (k int PRIMARY KEY, v int, tag varchar) INCLUDE key AS raw_key "
+                f"INCLUDE timestamp WITH ({topic.options()}) FORMAT UPSERT ENCODE JSON")
     session.sql("CREATE MATERIALIZED VIEW tags AS SELECT tag, count(*) AS n, sum(v) AS total FROM kv GROUP BY tag")
+    session.sql("CREATE MATERIALIZED VIEW kv_cols AS SELECT k, v, tag FROM kv")
     epochs = []
     for r in range(4):
         for i in range(12):
@@ -95,8 +96,10 @@ def test_an_upsert_table_applies_updates_and_tombstones_by_key(session, kafka):
     for epoch in epochs:
         rows = upsert_rows(read_by(topic, offsets_at(session, "kv", epoch)), ["k", "v", "tag"], "k")
         check_epoch(session, epoch, {"kv": ("k INTEGER, v INTEGER, tag VARCHAR", rows)},
-                    {"kv": "SELECT k, v, tag FROM kv",
+                    {"kv_cols": "SELECT k, v, tag FROM kv",
                      "tags": "SELECT tag, count(*) AS n, sum(v) AS total FROM kv GROUP BY tag"})
+    meta = session.sql("SELECT k, raw_key, _rw_kafka_timestamp AS ts FROM kv").collect()
+    assert meta and all(r.raw_key == json.dumps({"k": r.k}) and r.ts is not None for r in meta)
 
 
 def test_new_partitions_are_read_from_their_first_offset_and_latest_skips_history(session, kafka):
@@ -131,7 +134,7 @@ def test_a_kafka_create_that_cannot_work_says_why_and_creates_nothing(session, k
             session.sql(f"CREATE TABLE bad (id int) {clause}")
         assert session.catalog.relation("bad") is None
     with pytest.raises(SqlError, match="_rw_kafka_partition"):
-        session.sql(f"CREATE TABLE bad (id int, _rw_kafka_partition int) WITH ({topic.options()}) "
+        session.sql(f"CREATE TABLE bad (id int, _rw_kafka_partition int) INCLUDE partition WITH ({topic.options()}) "
                     "FORMAT PLAIN ENCODE JSON")
 
 

@@ -3,8 +3,6 @@ offset range, generated deterministically so that a replayed epoch reads exactly
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -15,7 +13,7 @@ from sparkwave.core.schema import Column, Schema
 ERROR, RAW = "_error", "_raw"  # a bad record's reason and payload, beside its (NULL) columns
 
 
-class Connector(ABC):
+class Connector:
     has_bad_records = False  # whether `read` can return rows with `ERROR` set
     status: str | None = None  # why the source is not advancing, if it is not
     def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
@@ -87,15 +85,11 @@ class Connector(ABC):
             out = out.unionByName(p)
         return out.withColumn("_op", F.lit(4).cast("tinyint"))
 
-    def position(self, seq: int) -> tuple[str, int]:
-        """The split and offset of a row read by `read`, from its `_seq`."""
-        raise NotImplementedError
-
     def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
-        """`position` of many rows at once: (split as string, offset)."""
+        """The split (as a string) and offset of each row `read` returned, from its `_seq`."""
         raise NotImplementedError
 
-    @abstractmethod
     def rows(self, spark: SparkSession, split: str, start: int, end: int) -> DataFrame:
         """The rows of offsets `[start, end)` of `split`: every column of the schema, plus `_seq`,
-        which orders them within the epoch."""
+        which orders them within the epoch (what the default `read` unions)."""
+        raise NotImplementedError

@@ -51,25 +51,15 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # sessions the r
 _registered_lock = threading.Lock()
 
 
-def metadata_column(options: dict[str, str], what: str) -> str:
-    """The column carrying message metadata `what`: `INCLUDE what AS name` names it (visible),
-    else it is the hidden `_rw_kafka_<what>` (partition, offset, timestamp; selectable by name)."""
-    return options.get(f"include.{what}", f"_rw_kafka_{what}")
-
-
 class Kafka(Connector):
-    rate_option = "source_rate_limit"
     has_bad_records = True
 
     @staticmethod
     def extra_columns(options: dict[str, str]) -> list[Column]:
-        out = []
-        for what, type_name in METADATA.items():
-            if what == "key" and "include.key" not in options:
-                continue
-            name = metadata_column(options, what)
-            out.append(Column(name, parse_type(type_name), hidden=f"include.{what}" not in options))
-        return out
+        """A column per `INCLUDE partition | offset | timestamp | key [AS name]` (the statement names
+        it `_rw_kafka_<what>` without AS), as in RisingWave: metadata is selectable once included."""
+        return [Column(options[f"include.{what}"], parse_type(type_name))
+                for what, type_name in METADATA.items() if f"include.{what}" in options]
 
     def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         super().__init__(table, schema, options)
@@ -104,7 +94,7 @@ class Kafka(Connector):
         if self.max_rows_per_epoch < 1:
             raise SqlError(f"{where}: max.rows.per.epoch must be at least 1")
         self.rate_limit = self.int_option("source_rate_limit", -1)
-        roles = {metadata_column(options, w): w for w in METADATA if w != "key" or "include.key" in options}
+        roles = {options[f"include.{w}"]: w for w in METADATA if f"include.{w}" in options}
         if schema.append_only:
             roles["_row_id"] = "row_id"
         self.spec = ReadSpec(self.bootstrap, self.topic, self.properties,
@@ -172,9 +162,6 @@ class Kafka(Connector):
             self._consumer = None
 
     # --- planning and reading -------------------------------------------------------------------
-    def position(self, seq: int) -> tuple[str, int]:
-        return str(seq >> SEQ_PARTITION_SHIFT), seq & ((1 << SEQ_PARTITION_SHIFT) - 1)
-
     def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
         s = seq.to_numpy()
         return (pa.array((s >> SEQ_PARTITION_SHIFT).astype(str)),
@@ -223,6 +210,3 @@ class Kafka(Connector):
                         + ["_op tinyint", "_seq bigint", f"{ERROR} string", f"{RAW} string"])
         return (spark.read.format(FORMAT_NAME).option("schema", ddl).option("spec", self.spec.to_json())
                 .option("ranges", json.dumps(tasks)).load())
-
-    def rows(self, spark: SparkSession, split: str, start: int, end: int) -> DataFrame:
-        return self.read(spark, {split: [start, end]})

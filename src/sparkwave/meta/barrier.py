@@ -381,10 +381,12 @@ class BarrierLoop:
         if pc.any(bad).as_py():
             found = chunk.filter(bad)
             room = MAX_BAD_RECORDS_KEPT - sum(1 for r in e.errors if r[0] == rel.name)
-            rows = found.slice(0, max(0, room)).select(["_seq", ERROR, RAW]).to_pylist()
+            kept = found.slice(0, max(0, room))
             conn = self.rt.connector(rel)
             assert conn is not None, f"BUG: bad records in {rel.name!r}, which has no connector"
-            e.errors.extend((rel.name, *conn.position(r["_seq"]), r[ERROR], r[RAW]) for r in rows)
+            splits, offsets = conn.positions(kept["_seq"])
+            e.errors.extend(zip([rel.name] * kept.num_rows, splits.to_pylist(), offsets.to_pylist(),
+                                kept[ERROR].to_pylist(), kept[RAW].to_pylist(), strict=True))
             e.bad_counts[rel.name] = e.bad_counts.get(rel.name, 0) + found.num_rows
             chunk = chunk.filter(pc.invert(bad))
         return chunk.drop_columns([ERROR, RAW])
