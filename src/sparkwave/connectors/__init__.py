@@ -1,4 +1,5 @@
-"""Connectors that feed tables: datagen, Nexmark and Kafka."""
+"""Connectors: sources that feed tables (datagen, Nexmark, Kafka) and sink targets (PostgreSQL,
+Kafka, Delta Lake)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,15 @@ from sparkwave.connectors.base import Connector
 from sparkwave.connectors.datagen import Datagen
 from sparkwave.connectors.kafka import Kafka
 from sparkwave.connectors.nexmark import Nexmark
+from sparkwave.connectors.sink import SinkSpec, SinkTarget
+from sparkwave.connectors.sink_delta import DeltaSink
+from sparkwave.connectors.sink_kafka import KafkaSink
+from sparkwave.connectors.sink_postgres import PostgresSink
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import Schema
 
 CONNECTORS: dict[str, type[Connector]] = {"datagen": Datagen, "nexmark": Nexmark, "kafka": Kafka}
+SINKS: dict[str, type[SinkTarget]] = {"postgres": PostgresSink, "kafka": KafkaSink, "deltalake": DeltaSink}
 
 
 def connector_class(table: str, options: dict[str, str]) -> type[Connector]:
@@ -21,3 +27,10 @@ def connector_class(table: str, options: dict[str, str]) -> type[Connector]:
 
 def make_connector(table: str, schema: Schema, options: dict[str, str]) -> Connector:
     return connector_class(table, options)(table, schema, options)
+
+
+def make_sink(spec: SinkSpec) -> SinkTarget:
+    name = spec.options.get("connector", "")
+    if name not in SINKS:
+        raise spec.error(f"unknown connector {name!r}; supported sink connectors: {', '.join(SINKS)}")
+    return SINKS[name](spec)

@@ -51,6 +51,19 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # sessions the r
 _registered_lock = threading.Lock()
 
 
+def unreachable(bootstrap: str) -> OSError | None:
+    """Why none of the bootstrap servers accepts a TCP connection, or None if one does."""
+    last: OSError | None = None
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host or "localhost", int(port or 9092)), timeout=BROKER_TIMEOUT_S):
+                return None
+        except (OSError, ValueError) as e:
+            last = e if isinstance(e, OSError) else OSError(str(e))
+    return last
+
+
 class Kafka(Connector):
     has_bad_records = True
 
@@ -114,15 +127,8 @@ class Kafka(Connector):
         """Raises SqlError unless one bootstrap server accepts a connection. (The client answers
         metadata and watermark requests from its cache while the broker is down, so a plan built on
         them alone would read ranges that no task can fetch.)"""
-        last: OSError | None = None
-        for server in self.bootstrap.split(","):
-            host, _, port = server.strip().rpartition(":")
-            try:
-                with socket.create_connection((host or "localhost", int(port or 9092)), timeout=BROKER_TIMEOUT_S):
-                    return
-            except (OSError, ValueError) as e:
-                last = e if isinstance(e, OSError) else OSError(str(e))
-        raise SqlError(f"source {self.table!r}: Kafka broker {self.bootstrap} cannot be reached: {last}")
+        if (why := unreachable(self.bootstrap)) is not None:
+            raise SqlError(f"source {self.table!r}: Kafka broker {self.bootstrap} cannot be reached: {why}")
 
     def partitions(self) -> list[int]:
         """The topic's partitions; raises SqlError if the broker or the topic cannot be reached."""

@@ -1,6 +1,7 @@
 """Control of creating jobs from a process that does not own the warehouse.
 
-`ALTER MATERIALIZED VIEW ... SET BACKFILL_RATE_LIMIT` and `CANCEL JOBS` are written to the
+`ALTER MATERIALIZED VIEW ... SET BACKFILL_RATE_LIMIT`, `ALTER SINK ... SET SINK_RATE_LIMIT` and
+`CANCEL JOBS` are written to the
 catalog's `requests` table; the owner applies them before its next barrier and records the
 outcome. Every other statement needs ownership."""
 
@@ -12,7 +13,7 @@ from sparkwave.core.catalog import Catalog, JobRow
 from sparkwave.core.errors import CatalogError, OwnershipError
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 
-CONTROL_KINDS = ("alter_rate", "cancel")
+CONTROL_KINDS = ("alter_rate", "alter_sink_rate", "cancel")
 
 
 def creating_job_of(catalog: Catalog, stmt: Statement) -> JobRow:
@@ -37,7 +38,14 @@ def queue_requests(catalog_path: Path, text: str, not_owner: OwnershipError) -> 
     try:
         queued: list[tuple[str, int, int | None, str]] = []
         for st in stmts:
-            if st.kind == "alter_rate":
+            if st.kind == "alter_sink_rate":
+                limit = rate_limit_value(st, st.args["value"])
+                sink = catalog.sink(st.args["name"])
+                if sink is None:
+                    raise CatalogError(f"no sink {st.args['name']!r} to alter (at {st.where(st.args['name'])})")
+                queued.append(("rate_limit", sink.job, limit, f"sink {sink.name}: rate limit "
+                               f"{'unlimited' if limit is None else limit}"))
+            elif st.kind == "alter_rate":
                 limit = rate_limit_value(st, st.args["value"])
                 job = creating_job_of(catalog, st)
                 queued.append(("rate_limit", job.id, limit, f"job {job.id} ({job.relation}): rate limit "

@@ -125,7 +125,13 @@ class Ddl:
                 self.catalog.set_source_offsets(db, name, offsets)
 
 
-    def create_mv(self, stmt: Statement) -> None:
+    def plan_schema(self, stmt: Statement, name: str) -> Schema:
+        """The schema an MV of the statement's query would have (nothing is created)."""
+        assert stmt.ast is not None
+        return Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast).schema
+
+    def create_mv(self, stmt: Statement, sink: str | None = None) -> None:
+        """CREATE MATERIALIZED VIEW; `sink` names the sink whose AS SELECT this MV holds."""
         name = relation_name(stmt.args["name"], f" (at {stmt.where(stmt.args['name'])})")
         if self._exists(stmt, name):
             return
@@ -149,6 +155,8 @@ class Ddl:
         definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
                       "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
                       "states": list(schemas), "backfill_strategy": strategy}
+        if sink is not None:
+            definition["sink"] = sink
         limit = settings.backfill_rate_limit
         with self.locks.epoch:  # blocking: the whole build; snapshot: only to read one committed epoch S
             epoch = self.catalog.committed_epoch()
@@ -223,11 +231,21 @@ class Ddl:
                 if (now := self.catalog.job_of(name)) is None or now.creating:
                     raise
                 # it merged before the cancel took effect: dropped below as any MV
+        if rel.definition.get("sink") and self.catalog.sink(rel.definition["sink"]) is not None:
+            raise CatalogError(f"cannot drop {name!r}: it holds the query of sink {rel.definition['sink']!r}; "
+                               f"DROP SINK {rel.definition['sink']} drops both")
+        self.drop_relation(name)
+
+    def drop_relation(self, name: str) -> None:
+        """Drop a table or MV that no MV or sink depends on."""
         with self.locks.ddl, self.locks.epoch:
             dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
             if dependents:
                 raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "
                                    "drop them first")
+            sinks = [s.name for s in self.catalog.sinks() if s.mv == name]
+            if sinks:
+                raise CatalogError(f"cannot drop {name!r}: sink(s) {', '.join(sinks)} deliver it; DROP SINK first")
             with self.catalog.transaction() as db:
                 self.catalog.remove_relation(db, name)
             self.rt.forget(name)

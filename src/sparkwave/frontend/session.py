@@ -19,6 +19,7 @@ from sparkwave.core.spark import acquire_spark, configure, release_spark
 from sparkwave.frontend import dml, show
 from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.ddl import Ddl
+from sparkwave.frontend.sink_ddl import SinkDdl
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.jobs import CreatingJobs
@@ -28,6 +29,7 @@ from sparkwave.meta.ownership import Ownership
 from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import SPECS, Settings
+from sparkwave.meta.sinks import Sinks
 from sparkwave.storage.warehouse import Warehouse
 
 
@@ -69,11 +71,16 @@ class Session:
             self.creating.chunk_rows = Settings(self.catalog).backfill_chunk_rows
             self.loop.jobs = self.creating
             self.ddl = Ddl(self.rt, self.locks, self.creating)
+            self.sinks = Sinks(self.rt)
+            self.loop.sinks = self.creating.sinks = self.sinks
+            self.sink_ddl = SinkDdl(self.ddl, self.sinks)
             self._recover()
             self._undo.append(self.loop.stop)
             self.loop.start()
             self._undo.append(self.creating.stop)
             self.creating.resume_all()
+            self._undo.append(self.sinks.stop)  # before the barrier loop stops: a coupled sink's epoch waits
+            self.sinks.resume_all()
             self.maintenance = Maintenance(self.rt, self.locks, max(1.0, barrier_interval_ms / 1000 * 5))
             self._undo.append(self.maintenance.stop)
             self.maintenance.start()
@@ -241,7 +248,17 @@ class Session:
         self.ddl.create_mv(stmt)
 
     def _do_drop(self, stmt: Statement) -> None:
+        if stmt.args["kind"] == "sink":
+            self.sink_ddl.drop(stmt.args["name"], stmt.args["if_exists"], f" (at {stmt.where(stmt.args['name'])})")
+            return
         self.ddl.drop(stmt)
+
+    def _do_create_sink(self, stmt: Statement) -> None:
+        self.sink_ddl.create(stmt)
+
+    def _do_alter_sink_rate(self, stmt: Statement) -> None:
+        """SINK_RATE_LIMIT (rows/s, 0 pauses, DEFAULT unlimited): the sink's worker reads it at once."""
+        self.sink_ddl.set_rate_limit(stmt)
 
     def _do_cancel(self, stmt: Statement) -> None:
         for job_id in stmt.args["ids"]:

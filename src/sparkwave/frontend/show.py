@@ -6,8 +6,9 @@ import json
 
 from pyspark.sql import DataFrame
 
+from sparkwave.core.errors import CatalogError
 from sparkwave.frontend.statements import Statement
-from sparkwave.meta.progress import job_infos
+from sparkwave.meta.progress import job_infos, sink_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
 from sparkwave.stream.plan import state_purpose
@@ -19,10 +20,18 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
     if what == "TABLES":
         return rt.spark.createDataFrame([(r.name,) for r in rels if r.kind == "table"], "name string")
     if what == "MATERIALIZED VIEWS":
-        return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels if r.kind == "mv"],
-                                    "name string, definition string")
+        return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels
+                                         if r.kind == "mv" and not r.definition.get("sink")],
+                                        "name string, definition string")
     if what == "SOURCES":
         return _sources(rt)
+    if what == "SINKS":
+        return rt.spark.createDataFrame(
+            [(s.name, s.mv, s.connector, s.target, s.mode, s.phase, s.epoch, s.lag_epochs, s.lag_seconds, s.lag_bytes,
+              s.rows_per_second, s.rate_limit, s.decouple, s.error) for s in sink_infos(rt.catalog)],
+            "name string, from_relation string, connector string, target string, format string, phase string, "
+            "committed_epoch bigint, lag_epochs int, lag_seconds double, lag_bytes bigint, rows_per_second double, "
+            "rate_limit bigint, decoupled boolean, last_error string")
     if what == "SOURCE ERRORS":
         if stmt.args["name"]:
             rt.relation(stmt.args["name"])  # a clear error if there is no such relation
@@ -42,12 +51,31 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
 
 def describe(rt: Runtime, stmt: Statement) -> DataFrame:
     """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
+    if stmt.args.get("sink") or (rt.catalog.relation(stmt.args["name"]) is None and rt.catalog.sink(stmt.args["name"])):
+        return _describe_sink(rt, stmt)
     rel = rt.relation(stmt.args["name"])
     rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
         (c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
     for state in state_relations(rt, rel):
         suffix = state.name.split(".", 1)[1]
         rows.append((state.name, "internal table", None, None, state_purpose(suffix, state.schema.key)))
+    return rt.spark.createDataFrame(
+        rows, "name string, type string, is_key boolean, is_hidden boolean, description string")
+
+
+def _describe_sink(rt: Runtime, stmt: Statement) -> DataFrame:
+    """A sink's columns (is_key: its upsert key), then its options (the password left out)."""
+    sink = rt.catalog.sink(stmt.args["name"])
+    if sink is None:
+        raise CatalogError(f"no sink {stmt.args['name']!r} (at {stmt.where(stmt.args['name'])})")
+    key = set(sink.spec["key"])
+    rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
+        (c["name"], c["type"], c["name"] in key, False, None) for c in sink.spec["columns"]]
+    rows.append(("from", "relation", None, None, sink.mv))
+    rows.append(("format", "option", None, None, sink.spec["mode"]))
+    rows.append(("sink_decouple", "option", None, None, str(sink.decouple).lower()))
+    rows += [(k, "option", None, None, "***" if "password" in k else v)
+             for k, v in sorted(sink.spec["options"].items())]
     return rt.spark.createDataFrame(
         rows, "name string, type string, is_key boolean, is_hidden boolean, description string")
 

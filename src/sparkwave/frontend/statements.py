@@ -130,11 +130,18 @@ def classify(text: str, line: int, col: int) -> Statement:
                              m.group(2))
         return Statement(text, line, col, "alter_source_rate", args={"name": m.group(1).lower(),
                                                                      "value": m.group(3)})
+    m = re.fullmatch(r"ALTER\s+SINK\s+" + _NAME + r"\s+SET\s+" + _NAME + r"\s*(?:=|\bTO\b)\s*(\S+)", text,
+                     re.IGNORECASE)
+    if m:
+        if m.group(2).lower() != "sink_rate_limit":
+            raise base.error(f"unsupported ALTER SINK setting {m.group(2)!r}; supported: SINK_RATE_LIMIT", m.group(2))
+        return Statement(text, line, col, "alter_sink_rate", args={"name": m.group(1).lower(), "value": m.group(3)})
     if head.startswith("ALTER"):
         raise base.error("unsupported ALTER statement; supported: ALTER MATERIALIZED VIEW name SET "
-                         "BACKFILL_RATE_LIMIT = n | DEFAULT, ALTER SOURCE name SET SOURCE_RATE_LIMIT = n | DEFAULT")
-    m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS|SOURCES|SOURCE\s+ERRORS)(?:\s+FROM\s+" + _NAME + ")?",
-                     text, re.IGNORECASE)
+                         "BACKFILL_RATE_LIMIT = n | DEFAULT, ALTER SOURCE name SET SOURCE_RATE_LIMIT = n | DEFAULT, "
+                         "ALTER SINK name SET SINK_RATE_LIMIT = n | DEFAULT")
+    m = re.fullmatch(r"SHOW\s+(TABLES|MATERIALIZED\s+VIEWS|JOBS|SOURCES|SINKS|SOURCE\s+ERRORS)"
+                     r"(?:\s+FROM\s+" + _NAME + ")?", text, re.IGNORECASE)
     if m:
         what = " ".join(m.group(1).upper().split())
         if m.group(2) and what != "SOURCE ERRORS":
@@ -142,10 +149,10 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "show", args={"what": what, "name": (m.group(2) or "").lower() or None})
     if head.startswith("SHOW"):
         raise base.error("unsupported SHOW statement; supported: SHOW TABLES, SHOW MATERIALIZED VIEWS, SHOW JOBS, "
-                         "SHOW SOURCES, SHOW SOURCE ERRORS [FROM name]")
-    m = re.fullmatch(r"(?:DESCRIBE|DESC)\s+" + _NAME, text, re.IGNORECASE)
+                         "SHOW SOURCES, SHOW SINKS, SHOW SOURCE ERRORS [FROM name]")
+    m = re.fullmatch(r"(?:DESCRIBE|DESC)\s+(SINK\s+)?" + _NAME, text, re.IGNORECASE)
     if m:
-        return Statement(text, line, col, "describe", args={"name": m.group(1).lower()})
+        return Statement(text, line, col, "describe", args={"name": m.group(2).lower(), "sink": bool(m.group(1))})
     m = re.fullmatch(r"SET\s+" + _NAME + r"\s*(?:=|\bTO\b)\s*(.+)", text, re.IGNORECASE | re.DOTALL)
     if m:
         value = m.group(2).strip()
@@ -167,9 +174,12 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "create_mv", query,
                          {"name": m.group(2).lower(), "if_not_exists": bool(m.group(1)), "options": options,
                           "query": m.group(5)})
-    m = re.fullmatch(r"DROP\s+(TABLE|SOURCE|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME, text, re.IGNORECASE)
+    if re.match(r"CREATE\s+SINK\b", text, re.IGNORECASE):
+        return _create_sink(base)
+    m = re.fullmatch(r"DROP\s+(TABLE|SOURCE|SINK|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME, text,
+                     re.IGNORECASE)
     if m:
-        kind = {"TABLE": "table", "SOURCE": "source"}.get(m.group(1).upper(), "mv")
+        kind = {"TABLE": "table", "SOURCE": "source", "SINK": "sink"}.get(m.group(1).upper(), "mv")
         return Statement(text, line, col, "drop", args={"kind": kind, "name": m.group(3).lower(),
                                                         "if_exists": bool(m.group(2))})
     ast = _parse_sql(base, text)
@@ -227,6 +237,29 @@ def _create_table(base: Statement, text: str | None = None) -> Statement:
     return Statement(base.text, base.line, base.col, "create_table", ast,
                      {"append_only": append_only, "options": options,
                       "if_not_exists": bool(ast.args.get("exists"))})
+
+
+_SINK = re.compile(r"CREATE\s+SINK\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME + r"\s+(?:FROM\s+" + _NAME
+                   + r"|AS\s+(.*?))\s*\bWITH\s*\((.*)\)\s*(?:FORMAT\s+([A-Za-z_]+)\s+ENCODE\s+([A-Za-z_]+)\s*)?$",
+                   re.IGNORECASE | re.DOTALL)
+
+
+def _create_sink(base: Statement) -> Statement:
+    """`CREATE SINK name FROM mv | AS query WITH (...) [FORMAT f ENCODE e]`, RisingWave's syntax."""
+    m = _SINK.fullmatch(base.text)
+    if not m:
+        raise base.error("expected CREATE SINK name FROM materialized_view | AS SELECT ... WITH (connector = '...', "
+                         "...) [FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON]")
+    options = parse_options(base.text, m.group(5))
+    if m.group(6):
+        options.update({"format": m.group(6).lower(), "encode": m.group(7).lower()})
+    query = m.group(4)
+    ast = _parse_sql(base, query) if query else None
+    if ast is not None and not isinstance(ast, exp.Query):
+        raise base.error("CREATE SINK ... AS needs a SELECT query", "AS")
+    return Statement(base.text, base.line, base.col, "create_sink", ast,
+                     {"name": m.group(2).lower(), "if_not_exists": bool(m.group(1)),
+                      "from": (m.group(3) or "").lower() or None, "query": query, "options": options})
 
 
 def rate_limit_value(stmt: Statement, value: str) -> int | None:

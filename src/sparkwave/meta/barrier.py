@@ -40,6 +40,7 @@ from sparkwave.stream.materialize import materialize_table
 
 if TYPE_CHECKING:
     from sparkwave.meta.jobs import CreatingJobs
+    from sparkwave.meta.sinks import Sinks
 
 log = logging.getLogger("sparkwave.barrier")
 MAIN_POOL = "main"  # the Spark scheduler pool of the main graph; creating jobs run in "backfill"
@@ -118,6 +119,7 @@ class BarrierLoop:
         self.busy_at = 0.0  # when an epoch last carried input
         self.started_at = time.time()  # a source's first epoch covers the time since
         self.jobs: CreatingJobs | None = None  # set by the session: mutations and the lag rule ride on barriers
+        self.sinks: Sinks | None = None  # set by the session: committed epochs go to the sinks' log stores
 
     # --- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -317,6 +319,8 @@ class BarrierLoop:
             self._committed.notify_all()
         if self.jobs is not None:
             self.jobs.notify()
+        if self.sinks is not None:
+            self.sinks.on_commit(e.epoch, e.chunks)
         report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency, step_ms)
         if self.on_epoch:
             self.on_epoch(report)

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sparkwave.core.catalog import JobRow, Phase, Relation
 from sparkwave.core.errors import CatalogError, PipelineError
@@ -22,9 +23,13 @@ from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
 
+if TYPE_CHECKING:
+    from sparkwave.meta.sinks import Sinks
+
 log = logging.getLogger("sparkwave.jobs")
 FOREGROUND_FAILURES = 3  # a foreground CREATE gives up (and cancels its job) after this many failed checkpoints
 BACKFILL_POOL = "backfill"
+SINK_STRATEGY = "sink"  # the job of a sink (meta/sinks.py): its backfill, then its delivery
 
 
 class _Worker:
@@ -122,6 +127,7 @@ class CreatingJobs:
         self.clock: Callable[[], float] = time.monotonic  # tests: a clock they move
         self.chunk_rows = 10_000_000
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: a slow snapshot read
+        self.sinks: Sinks | None = None  # a sink's job (strategy 'sink') is controlled through it
 
     # --- signalling ----------------------------------------------------------------------------
     def notify(self) -> None:
@@ -198,6 +204,10 @@ class CreatingJobs:
         return self.rt.catalog.creating_job(job_id)
 
     def set_rate_limit(self, job_id: int, limit: int | None) -> None:
+        sink = self._sink_of(job_id)
+        if sink is not None and self.sinks is not None:  # SINK_RATE_LIMIT, from another process
+            self.sinks.set_rate_limit(sink, limit)
+            return
         job = self.creating_job(job_id)
         fields: dict = {"rate_limit": limit}
         with self.locks.gate:
@@ -212,6 +222,9 @@ class CreatingJobs:
         effect stays (its worker checks the stop flag under the gate before merging): then, when
         waiting, CatalogError says so."""
         job = self.creating_job(job_id)
+        if job.strategy == SINK_STRATEGY and self.sinks is not None:  # a sink backfill: the sink goes
+            self.sinks.drop(job.relation)
+            return
         worker = self._workers.get(job_id)
         if worker is not None and worker.thread.is_alive():
             worker.cancelled = True
@@ -238,6 +251,10 @@ class CreatingJobs:
             except CatalogError as e:
                 outcome = f"error: {e}"
             self.rt.catalog.finish_request(r.id, outcome)
+
+    def _sink_of(self, job_id: int) -> str | None:
+        job = self.rt.catalog.job(job_id)
+        return job.relation if job is not None and job.strategy == SINK_STRATEGY else None
 
     def record_error(self, job_id: int, e: Exception) -> None:
         self.rt.catalog.set_job_error(job_id, f"{type(e).__name__}: {str(e).strip()[:500]}")

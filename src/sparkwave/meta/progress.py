@@ -3,6 +3,7 @@ catalog alone, so another process (`sparkwave jobs --watch`) sees the same as th
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,23 +71,72 @@ class JobInfo:
         return self.phase != "created"
 
 
+@dataclass(frozen=True)
+class SinkInfo:
+    """A sink as `SHOW SINKS` shows it."""
+
+    name: str
+    mv: str
+    connector: str
+    target: str  # the table, topic or location
+    mode: str  # upsert | append-only | debezium
+    phase: str  # 'snapshot' (its backfill) | 'running' | 'paused' | 'retrying'
+    epoch: int  # delivered up to (the snapshot epoch S while backfilling)
+    lag_epochs: int
+    lag_seconds: float
+    lag_bytes: int  # of the MV's log files not yet delivered
+    rows_per_second: float
+    rate_limit: int | None
+    decouple: bool
+    error: str | None
+    job: int
+
+
+def sink_infos(catalog: Catalog, now: float | None = None) -> list[SinkInfo]:
+    now = time.time() if now is None else now
+    jobs = {j.id: j for j in catalog.jobs()}
+    out = []
+    for s in catalog.sinks():
+        job = jobs.get(s.job)
+        if job is None:
+            continue
+        consumed = job.consumed_epoch or 0
+        lag = LagRule.lag(catalog, consumed)
+        since = now - RATE_WINDOW_S
+        rate = sum(st[3] for st in catalog.job_steps(job.id, since)) / RATE_WINDOW_S
+        size = sum(os.path.getsize(p) for _, p in catalog.log_files(s.mv, consumed, catalog.committed_epoch())
+                   if os.path.exists(p))
+        opts = s.spec["options"]
+        phase = ("paused" if job.rate_limit == 0 else "retrying" if job.error else
+                 "snapshot" if job.phase is Phase.SNAPSHOT else "running")
+        out.append(SinkInfo(s.name, s.mv, opts.get("connector", ""),
+                            opts.get("table") or opts.get("topic") or opts.get("location") or "", s.spec["mode"],
+                            phase, consumed, lag.epochs, lag.seconds, size, round(rate, 1), job.rate_limit,
+                            s.decouple, job.error, job.id))
+    return out
+
+
 def job_infos(catalog: Catalog, now: float | None = None) -> list[JobInfo]:
     now = time.time() if now is None else now
-    rels = {r.name: r for r in catalog.relations(creating=True)}
+    rels = {r.name: (r.kind, r.created_epoch) for r in catalog.relations(creating=True)}
+    rels.update({s.name: ("sink", 0) for s in catalog.sinks()})
     out = []
     for job in catalog.jobs():
         rel = rels.get(job.relation)
         if rel is None:
             continue
-        out.append(_info(catalog, job, rel.kind, rel.created_epoch, now))
+        kind, created = rel
+        out.append(_info(catalog, job, kind, created if kind != "sink" else job.snapshot_epoch or 0, now))
     return out
 
 
 def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: float) -> JobInfo:
-    lag = LagRule.lag(catalog, job.consumed_epoch) if job.creating and job.consumed_epoch is not None else None
+    sink = kind == "sink"  # a sink's job: a creating one while its backfill runs; its lag is always shown
+    lag = (LagRule.lag(catalog, job.consumed_epoch) if (job.creating or sink) and job.consumed_epoch is not None
+           else None)
     lag_epochs, lag_s = (lag.epochs, lag.seconds) if lag else (0, 0.0)
     rate = eta = None
-    if job.creating:
+    if job.creating or sink:
         since = max(job.started_at, now - RATE_WINDOW_S)
         steps = catalog.job_steps(job.id, since)
         span = max(1e-3, now - since)
@@ -104,7 +154,8 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
                                        _source_offsets(catalog, u, job.snapshot_epoch, job.next_vnode))
                       for u, counts in (job.vnode_rows or {}).items() if u != ALL_UPSTREAMS)
     chunks = tuple(ChunkProgress(c.lo, c.hi, c.rows, c.state, c.attempts) for c in catalog.job_chunks(job.id))
-    return JobInfo(job.id, job.relation, {"table": "table", "source": "source"}.get(kind, "materialized view"),
+    return JobInfo(job.id, job.relation, {"table": "table", "source": "source", "sink": "sink"}.get(
+                       kind, "materialized view"),
                    job.strategy, phase,
                    job.rows_done, total, round(percent, 1), round(rate or 0.0, 1),
                    None if eta is None else round(eta, 1), lag_epochs, lag_s, job.rate_limit,

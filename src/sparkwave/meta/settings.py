@@ -73,6 +73,9 @@ SPECS: dict[str, _Spec] = {
                                 "at most this many DML rows per epoch: a larger statement or bulk load spans epochs"),
     "backfill_chunk_rows": _Spec("10000000", _count(1), "a positive integer",
                                  "at most this many snapshot rows per checkpoint of a creating job"),
+    "sink_decouple": _Spec("true", _bool, "true or false",
+                           "true: a new sink runs at its own pace behind its log store; false: each epoch waits "
+                           "for it"),
 }
 
 
@@ -110,6 +113,10 @@ class Settings:
     @property
     def backfill_chunk_rows(self) -> int:
         return int(self._get("backfill_chunk_rows"))
+
+    @property
+    def sink_decouple(self) -> bool:
+        return bool(self._get("sink_decouple"))
 
     def _get(self, key: str) -> Any:
         spec = SPECS[key]

@@ -1,0 +1,95 @@
+"""The Delta Lake sink (delta-rs): an external Delta table kept equal to the MV (upsert, by MERGE
+on the key) or receiving its inserts (append-only).
+
+Exactly once: each delivery is one Delta commit carrying the sink's position as two app
+transactions (`<sink_id>/epoch`, `<sink_id>/vnode`); `progress()` reads them back, so a delivery
+that Delta already holds is skipped. The table is created at CREATE SINK if `location` holds none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkwave.connectors.sink import APPEND_ONLY, Position, SinkSpec, SinkTarget, deletes_and_upserts
+
+KNOWN = {"location"}
+
+
+class DeltaSink(SinkTarget):
+    exactly_once = True
+
+    def __init__(self, spec: SinkSpec) -> None:
+        super().__init__(spec)
+        spec.check_options(KNOWN, ("storage.",))
+        self.location = spec.required("location", "the Delta table's path or URI")
+        self.storage = {k[len("storage."):]: v for k, v in spec.options.items() if k.startswith("storage.")}
+        self.arrow = pa.schema([pa.field(c.name, c.type.arrow) for c in spec.columns])
+
+    def _apps(self) -> tuple[str, str]:
+        return f"sparkwave-sink/{self.spec.sink_id}/epoch", f"sparkwave-sink/{self.spec.sink_id}/vnode"
+
+    def _table(self) -> Any:
+        from deltalake import DeltaTable
+        return DeltaTable(self.location, storage_options=self.storage or None)
+
+    def check(self) -> None:
+        from deltalake import DeltaTable
+        try:
+            if not DeltaTable.is_deltatable(self.location, storage_options=self.storage or None):
+                DeltaTable.create(self.location, self.arrow, storage_options=self.storage or None)
+                return
+            have = pa.schema(self._table().schema().to_arrow())
+        except Exception as e:
+            raise self.spec.error(f"cannot use the Delta table at {self.location}: "
+                                  f"{' '.join(str(e).split())[:300]}") from None
+        for f in self.arrow:
+            idx = have.get_field_index(f.name)
+            if idx < 0:
+                raise self.spec.error(f"column {f.name!r} ({f.type}) is missing from the Delta table at "
+                                      f"{self.location}")
+            theirs = have.field(idx).type
+            if not (theirs == f.type or (pa.types.is_string(f.type) and pa.types.is_large_string(theirs))
+                    or (pa.types.is_string(f.type) and pa.types.is_string_view(theirs))):
+                raise self.spec.error(f"column {f.name!r} is {f.type} in the sink but {theirs} in the Delta "
+                                      f"table at {self.location}")
+
+    def progress(self) -> Position | None:
+        dt = self._table()
+        app_epoch, app_vnode = self._apps()
+        epoch, vnode = dt.transaction_version(app_epoch), dt.transaction_version(app_vnode)
+        return None if epoch is None or vnode is None else Position(int(epoch), int(vnode))
+
+    def write(self, change: pa.Table, to: Position) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        app_epoch, app_vnode = self._apps()
+        commit = CommitProperties(app_transactions=[Transaction(app_epoch, to.epoch), Transaction(app_vnode, to.vnode)])
+        names = [c.name for c in self.spec.columns]
+        gone, new = deletes_and_upserts(change, self.spec.mode)
+        dt = self._table()
+        if self.spec.mode == APPEND_ONLY or not self.spec.key:
+            write_deltalake(dt, new.select(names).cast(self.arrow), mode="append", commit_properties=commit)
+            return
+        # MERGE wants one source row per key: a key's new row, or its removal if it has none.
+        key = list(self.spec.key)
+        gone = gone.filter(pc.invert(_member(gone, new, key)))
+        source = pa.concat_tables([gone.select(["_op", *names]), new.select(["_op", *names])]).cast(
+            pa.schema([pa.field("_op", pa.int8()), *self.arrow]))
+        match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+        values = {n: f"s.`{n}`" for n in names}
+        (dt.merge(source, predicate=match, source_alias="s", target_alias="t", commit_properties=commit)
+         .when_matched_delete(predicate="s._op IN (2, 3)")
+         .when_matched_update(updates=values, predicate="s._op IN (1, 4)")
+         .when_not_matched_insert(updates=values, predicate="s._op IN (1, 4)")
+         .execute())
+
+
+def _member(rows: pa.Table, of: pa.Table, key: list[str]) -> pa.ChunkedArray:
+    """Whether each row's key is among `of`'s keys."""
+    if of.num_rows == 0 or rows.num_rows == 0:
+        return pa.chunked_array([pa.array([False] * rows.num_rows, pa.bool_())])
+    tagged = rows.select(key).append_column("_i", pa.array(range(rows.num_rows), pa.int64()))
+    hit = tagged.join(of.select(key).group_by(key).aggregate([]), key, join_type="left semi")
+    mask = pc.is_in(pa.array(range(rows.num_rows), pa.int64()), hit["_i"])
+    return pa.chunked_array([mask])

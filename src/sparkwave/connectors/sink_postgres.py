@@ -1,0 +1,192 @@
+"""The PostgreSQL sink (psycopg 3): exactly once by committing each delivery's rows and the sink's
+position in one PostgreSQL transaction.
+
+A delivery COPYs its change (CSV, written by Arrow) into a temporary table, deletes the target's
+rows of every key it changes and inserts the new rows (an append-only sink COPYs straight into the
+target), and upserts `(sink_id, epoch, vnode)` into `sparkwave_sink_progress` in the same
+database. After a crash the sink reads that row and skips what PostgreSQL already has: no
+reliance on idempotence, deletes included (RisingWave's JDBC sink met duplicate keys after
+recovery, RW #10251)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from sparkwave.connectors.sink import APPEND_ONLY, Position, SinkSpec, SinkTarget, deletes_and_upserts
+from sparkwave.core.crash import crash_point
+from sparkwave.core.schema import SqlType
+
+PROGRESS_TABLE = "sparkwave_sink_progress"
+CONNECT_TIMEOUT_S = 10
+KNOWN = {"host", "port", "user", "password", "database", "table", "schema", "auto.create"}
+
+# Our types and the PostgreSQL types (information_schema's `data_type`) a column of them may land
+# in: the same type, or a wider one.
+_FITS = {
+    "boolean": ("boolean",),
+    "smallint": ("smallint", "integer", "bigint", "numeric"),
+    "int": ("integer", "bigint", "numeric"),
+    "bigint": ("bigint", "numeric"),
+    "real": ("real", "double precision"),
+    "double": ("double precision",),
+    "varchar": ("text", "character varying"),
+    "date": ("date",),
+    "timestamp": ("timestamp without time zone",),
+    "timestamptz": ("timestamp with time zone",),
+}
+_CREATE = {"int": "integer", "double": "double precision", "varchar": "text",
+           "timestamp": "timestamp without time zone", "timestamptz": "timestamp with time zone"}
+
+
+def pg_type(t: SqlType) -> str:
+    """The PostgreSQL type a column of ours is created as (`auto.create`)."""
+    if t.name.startswith("decimal"):
+        return "numeric" + t.name[len("decimal"):]
+    return _CREATE.get(t.name, t.name)
+
+
+class PostgresSink(SinkTarget):
+    exactly_once = True
+
+    def __init__(self, spec: SinkSpec) -> None:
+        super().__init__(spec)
+        spec.check_options(KNOWN)
+        self.host = spec.option("host", "localhost") or "localhost"
+        try:
+            self.port = int(spec.option("port", "5432") or 5432)
+        except ValueError:
+            raise spec.error(f"port = {spec.option('port')!r} is not a number") from None
+        self.user = spec.required("user", "the PostgreSQL role")
+        self.password = spec.option("password", "") or ""
+        self.database = spec.required("database", "the database")
+        table = spec.required("table", "the target table")
+        schema, _, name = table.rpartition(".")
+        self.schema = spec.option("schema") or schema or "public"
+        self.table = name
+        self.auto_create = (spec.option("auto.create", "false") or "").lower() == "true"
+        self._conn: Any = None
+        self._staged = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.schema}.{self.table} in database {self.database} at {self.host}:{self.port}"
+
+    # --- connection -----------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        import psycopg
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        self.close()
+        try:
+            self._conn = psycopg.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                         dbname=self.database, connect_timeout=CONNECT_TIMEOUT_S,
+                                         application_name=f"sparkwave-sink-{self.spec.name}")
+        except psycopg.Error as e:
+            reason = " ".join(str(e).split())[:300]
+            raise self.spec.error(f"cannot connect to PostgreSQL at {self.host}:{self.port} as {self.user!r} "
+                                  f"(database {self.database!r}): {reason}") from None
+        self._staged = False
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def _ident(self) -> Any:
+        from psycopg import sql
+        return sql.Identifier(self.schema, self.table)
+
+    # --- CREATE ---------------------------------------------------------------------------------
+    def check(self) -> None:
+        """The progress table exists; the target table exists (or is created with `auto.create`) and
+        holds every column of the sink in a type that fits."""
+        from psycopg import sql
+        conn = self._connect()
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (sink_id text PRIMARY KEY, sink text NOT NULL, "
+                                 "epoch bigint NOT NULL, vnode integer NOT NULL, "
+                                 "updated_at timestamptz NOT NULL DEFAULT now())").format(
+                                     sql.Identifier(PROGRESS_TABLE)))
+            found = dict(conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND "
+                "table_name = %s", (self.schema, self.table)).fetchall())
+            if not found:
+                if not self.auto_create:
+                    raise self.spec.error(f"table {self.where} does not exist (auto.create = 'true' creates it)")
+                cols = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(pg_type(c.type)))
+                        for c in self.spec.columns]
+                if self.spec.key:
+                    cols.append(sql.SQL("PRIMARY KEY ({})").format(
+                        sql.SQL(", ").join(map(sql.Identifier, self.spec.key))))
+                conn.execute(sql.SQL("CREATE TABLE {} ({})").format(self._ident(), sql.SQL(", ").join(cols)))
+                return
+        for c in self.spec.columns:
+            have = found.get(c.name)
+            if have is None:
+                raise self.spec.error(f"column {c.name!r} ({c.type.name}) is missing from table {self.where}")
+            fits = ("numeric",) if c.type.name.startswith("decimal") else _FITS.get(c.type.name, (c.type.name,))
+            if have not in fits:
+                raise self.spec.error(f"column {c.name!r} is {c.type.name} in the sink but {have} in table "
+                                      f"{self.where}")
+
+    # --- delivery -------------------------------------------------------------------------------
+    def progress(self) -> Position | None:
+        from psycopg import sql
+        conn = self._connect()
+        with conn.transaction():
+            row = conn.execute(sql.SQL("SELECT epoch, vnode FROM {} WHERE sink_id = %s").format(
+                sql.Identifier(PROGRESS_TABLE)), (self.spec.sink_id,)).fetchone()
+        return Position(int(row[0]), int(row[1])) if row else None
+
+    def write(self, change: pa.Table, to: Position) -> None:
+        from psycopg import sql
+        conn = self._connect()
+        names = [c.name for c in self.spec.columns]
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        gone, new = deletes_and_upserts(change, self.spec.mode)
+        with conn.transaction():
+            if self.spec.mode == APPEND_ONLY or not self.spec.key:
+                self._copy(conn, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(self._ident(), cols),
+                           new.select(names))
+            else:
+                stage = sql.Identifier("_sparkwave_stage")
+                if not self._staged:  # one per connection, emptied at each commit
+                    conn.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} AS SELECT true AS _new, {} FROM {} "
+                                         "WITH NO DATA").format(stage, cols, self._ident()))
+                    conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(stage))
+                    self._staged = True
+                conn.execute(sql.SQL("TRUNCATE {}").format(stage))
+                rows = pa.concat_tables([
+                    gone.select(names).add_column(0, "_new", pa.array([False] * gone.num_rows)),
+                    new.select(names).add_column(0, "_new", pa.array([True] * new.num_rows))])
+                self._copy(conn, sql.SQL("COPY {} (_new, {}) FROM STDIN (FORMAT csv)").format(stage, cols), rows)
+                match = sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k))
+                                              for k in self.spec.key)
+                conn.execute(sql.SQL("DELETE FROM {} t USING {} s WHERE {}").format(self._ident(), stage, match))
+                conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE _new").format(
+                    self._ident(), cols, cols, stage))
+            conn.execute(sql.SQL("INSERT INTO {} (sink_id, sink, epoch, vnode) VALUES (%s, %s, %s, %s) "
+                                 "ON CONFLICT (sink_id) DO UPDATE SET epoch = excluded.epoch, vnode = excluded.vnode, "
+                                 "updated_at = now()").format(sql.Identifier(PROGRESS_TABLE)),
+                         (self.spec.sink_id, self.spec.name, to.epoch, to.vnode))
+            crash_point("sink_before_target_commit")
+
+    @staticmethod
+    def _copy(conn: Any, statement: Any, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        buf = io.BytesIO()
+        pacsv.write_csv(rows, buf, pacsv.WriteOptions(include_header=False))
+        data = buf.getvalue()
+        with conn.cursor() as cur, cur.copy(statement) as copy:
+            half = len(data) // 2
+            copy.write(data[:half])
+            crash_point("sink_mid_copy")
+            copy.write(data[half:])

@@ -1,0 +1,328 @@
+"""Sinks: one worker thread each, delivering its MV's change stream to the target at its own pace.
+
+A sink is a job (strategy `sink`) with two phases:
+1. **snapshot** (sink backfill, unless `snapshot = 'false'`): the MV as of the epoch `S` of the
+   CREATE, read a vnode range at a time (Spark, the `backfill` pool), each chunk one delivery
+   moving the sink's position to `(S, hi)`; a crash resumes at the position the target holds.
+2. **log**: the MV's change of the epochs after its position, from the log store
+   (`log_store.py`: memory while it keeps up, the MV's log files otherwise), netted per key over
+   the epochs of one delivery, each delivery moving the position to `(through, VNODES)`.
+
+A delivery goes to the target first, with the position where the target can keep it (PostgreSQL,
+Delta: exactly once), and then to the catalog; on restart the further of the two positions wins.
+The main graph never waits for a sink, unless it was created with `sink_decouple = 'false'`
+(then `on_commit` waits until the sink has committed the epoch). A failing sink retries with
+backoff, its error in `SHOW SINKS` and `SHOW JOBS`; `SINK_RATE_LIMIT` (rows/s, 0 pauses) paces it
+through the job's rate limit, set from this or another process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkwave.connectors import make_sink
+from sparkwave.connectors.sink import Position, SinkSpec, SinkTarget
+from sparkwave.core.catalog import JobRow, Phase, Relation, SinkRow
+from sparkwave.core.chunk import VNODES, Op, consolidate
+from sparkwave.core.crash import crash_point
+from sparkwave.core.errors import CatalogError
+from sparkwave.core.schema import Column, Schema
+from sparkwave.meta.creating_job import RateLimiter
+from sparkwave.meta.lag_rule import LagRule
+from sparkwave.meta.log_store import LogStore
+from sparkwave.meta.runtime import Runtime
+from sparkwave.storage.snapshot import vnode_rows
+
+log = logging.getLogger("sparkwave.sinks")
+BATCH_ROWS = 500_000  # at most this many change rows per delivery (more when one epoch alone has more)
+SNAPSHOT_CHUNK_ROWS = 1_000_000  # MV rows per sink-backfill delivery
+MAX_BACKOFF_S = 30.0
+SINK_POOL = "backfill"
+
+
+def sink_spec(row: SinkRow) -> SinkSpec:
+    s = row.spec
+    return SinkSpec(row.name, row.sink_id, tuple(Column.from_json(c) for c in s["columns"]), tuple(s["key"]),
+                    s["mode"], dict(s["options"]))
+
+
+def net_change(rows: pa.Table, schema: Schema, columns: list[str]) -> pa.Table:
+    """Log rows of one or more epochs as one change `| _op | columns |`, net per key (a log file
+    is already net per key: one epoch needs no work)."""
+    bounds = pc.min_max(rows["_epoch"]) if rows.num_rows else None
+    if bounds is not None and not schema.append_only and bounds["min"] != bounds["max"]:
+        ordered = rows.sort_by([("_epoch", "ascending"), ("_seq", "ascending")])
+        ordered = ordered.set_column(ordered.schema.get_field_index("_seq"), "_seq",
+                                     pa.array(range(ordered.num_rows), pa.int64()))
+        rows = consolidate(ordered, list(schema.key), schema.values)
+    return rows.select(["_op", *columns])
+
+
+@dataclass
+class _Status:
+    failures: int = 0
+    delivered_rows: int = 0
+
+
+class SinkWorker:
+    def __init__(self, manager: Sinks, row: SinkRow) -> None:
+        self.manager = manager
+        self.rt = manager.rt
+        self.row = row
+        self.spec = sink_spec(row)
+        self.mv: Relation = self.rt.relation(row.mv)
+        self.store = LogStore(self.rt.catalog, row.mv, self.mv.schema)
+        self.stop = threading.Event()
+        self.wake = threading.Condition()
+        self.limiter = RateLimiter()
+        self.status = _Status()
+        self.target: SinkTarget | None = None
+        self.delivered = threading.Condition()  # notified as the position moves (a coupled sink's epoch waits)
+        self.thread = threading.Thread(target=self._run, name=f"sparkwave-sink-{row.name}", daemon=True)
+
+    @property
+    def group(self) -> str:
+        return f"sparkwave-sink-{self.row.name}"
+
+    def notify(self) -> None:
+        with self.wake:
+            self.wake.notify_all()
+
+    def interrupt(self) -> None:
+        self.stop.set()
+        self.rt.spark.sparkContext.cancelJobGroup(self.group)
+        self.notify()
+        with self.delivered:
+            self.delivered.notify_all()
+
+    def _sleep(self, seconds: float | None) -> None:
+        with self.wake:
+            if not self.stop.is_set():
+                self.wake.wait(timeout=1.0 if seconds is None else seconds)
+
+    def _run(self) -> None:
+        sc = self.rt.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", SINK_POOL)
+        sc.setJobGroup(self.group, f"sparkwave sink {self.row.name}", interruptOnCancel=True)
+        try:
+            while not self.stop.is_set():
+                try:
+                    wait = self.step()
+                    self.status.failures = 0
+                except Exception as e:  # retried from the committed position, the pipeline unaffected
+                    if self.stop.is_set():
+                        break
+                    self.status.failures += 1
+                    log.warning("sink %s: delivery failed (attempt %d): %s", self.row.name, self.status.failures, e)
+                    self.rt.catalog.set_job_error(self.row.job, f"{type(e).__name__}: {str(e).strip()[:500]}")
+                    self._close_target()
+                    self._sleep(min(MAX_BACKOFF_S, 0.5 * 2 ** self.status.failures))
+                    continue
+                if wait != 0:
+                    self._sleep(wait)
+        finally:
+            self._close_target()
+
+    def _close_target(self) -> None:
+        if self.target is not None:
+            try:
+                self.target.close()
+            except Exception:
+                log.debug("sink %s: closing the target failed", self.row.name, exc_info=True)
+            self.target = None
+
+    def _job(self) -> JobRow:
+        job = self.rt.catalog.job(self.row.job)
+        if job is None:
+            self.stop.set()
+            raise CatalogError(f"sink {self.row.name!r} was dropped")
+        return job
+
+    def _open(self, job: JobRow) -> tuple[SinkTarget, JobRow]:
+        """Connect, check the target, and adopt its position if it is further than the catalog's (a
+        crash after the target's commit and before the catalog's)."""
+        target = make_sink(self.spec)
+        target.check()
+        held = target.progress()
+        mine = Position(job.consumed_epoch or 0, job.next_vnode)
+        if held is not None and held > mine:
+            log.info("sink %s: the target holds %s, the catalog %s: resuming from the target's", self.row.name,
+                     held, mine)
+            self._record(held, 0, 0)
+            job = self._job()
+        self.target = target
+        return target, job
+
+    def step(self) -> float | None:
+        """One delivery; returns how long to wait before the next (0: at once; None: until woken)."""
+        job = self._job()
+        target, job = (self.target, job) if self.target is not None else self._open(job)
+        limit = job.rate_limit
+        budget = self.limiter.available(limit)
+        if limit == 0:
+            return None  # paused: an ALTER wakes the worker
+        if budget <= 0 and limit is not None:
+            return self.limiter.wait_for(limit)
+        if job.phase is Phase.SNAPSHOT:
+            rows: int | None = self._snapshot_chunk(target, job, min(budget, SNAPSHOT_CHUNK_ROWS))
+        else:
+            rows = self._deliver(target, job, min(budget, BATCH_ROWS))
+        if rows is None:
+            return None
+        self.limiter.spend(rows)
+        return 0
+
+    def _snapshot_chunk(self, target: SinkTarget, job: JobRow, budget: float) -> int:
+        """Sink backfill: the MV's rows as of `S` of the next vnodes, up to `budget` rows."""
+        assert job.snapshot_epoch is not None
+        counts = (job.vnode_rows or {}).get(self.mv.name)
+        if counts is None:
+            self.rt.check_retained(self.mv, job.snapshot_epoch)
+            counts = vnode_rows(self.rt.catalog, self.mv.name, self.mv.schema, job.snapshot_epoch)
+            self.rt.catalog.set_job_counts(job.id, {self.mv.name: counts})
+        lo = hi = job.next_vnode
+        rows = 0
+        while hi < VNODES and (hi == lo or rows + counts[hi] <= budget):
+            rows += counts[hi]
+            hi += 1
+        names = [c.name for c in self.spec.columns]
+        frame = self.rt.snapshot(self.mv, job.snapshot_epoch, (lo, hi)).select(*[f"`{n}`" for n in names])
+        table = frame.toArrow() if rows else pa.schema([pa.field(c.name, c.type.arrow)
+                                                        for c in self.spec.columns]).empty_table()
+        table = table.cast(pa.schema([pa.field(c.name, c.type.arrow) for c in self.spec.columns]))
+        change = table.add_column(0, "_op", pa.array([int(Op.INSERT)] * table.num_rows, pa.int8()))
+        target.write(change, Position(job.snapshot_epoch, hi))
+        crash_point("sink_after_target_commit")
+        self._record(Position(job.snapshot_epoch, hi), change.num_rows, 0)
+        return change.num_rows
+
+    def _deliver(self, target: SinkTarget, job: JobRow, budget: float) -> int | None:
+        """The next epochs' change after the sink's position; None when there is nothing new."""
+        after = job.consumed_epoch or 0
+        committed = self.rt.catalog.committed_epoch()
+        if committed <= after:
+            return None
+        batch = self.store.read(after, committed, max(1.0, budget))
+        change = net_change(batch.rows, self.mv.schema, [c.name for c in self.spec.columns])
+        to = Position(batch.through, VNODES)
+        if change.num_rows:
+            target.write(change, to)
+            crash_point("sink_after_target_commit")
+        self._record(to, change.num_rows, batch.epochs)
+        self.store.truncate(batch.through)
+        self.status.delivered_rows += change.num_rows
+        return change.num_rows
+
+    def _record(self, to: Position, rows: int, epochs: int) -> None:
+        lag = LagRule.lag(self.rt.catalog, to.epoch)
+        self.rt.catalog.sink_delivered(self.row.job, self.row.name, to.epoch, to.vnode, rows, epochs, lag)
+        with self.delivered:
+            self.delivered.notify_all()
+        self.manager.moved()
+
+    def wait_delivered(self, epoch: int) -> None:
+        """Until the sink's position reaches `epoch` (a coupled sink's epoch waits here)."""
+        with self.delivered:
+            while not self.stop.is_set():
+                job = self.rt.catalog.job(self.row.job)
+                if job is None or (job.phase is Phase.CREATED and (job.consumed_epoch or 0) >= epoch):
+                    return
+                self.notify()
+                self.delivered.wait(1.0)
+
+
+class Sinks:
+    """The sinks of a warehouse: their workers, the handoff of committed epochs, control."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._workers: dict[str, SinkWorker] = {}
+        self._lock = threading.Lock()
+        self._moved = threading.Condition()
+        self.on_dropped: Callable[[SinkRow], None] | None = None  # the frontend drops a sink's own MV
+
+    def start(self, name: str) -> None:
+        row = self.rt.catalog.sink(name)
+        if row is None:
+            return
+        worker = SinkWorker(self, row)
+        with self._lock:
+            self._workers[name] = worker
+        worker.thread.start()
+
+    def resume_all(self) -> None:
+        for row in self.rt.catalog.sinks():
+            self.start(row.name)
+
+    def stop(self) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for w in workers:
+            w.interrupt()
+        for w in workers:
+            w.thread.join()
+
+    def worker(self, name: str) -> SinkWorker | None:
+        with self._lock:
+            return self._workers.get(name)
+
+    def on_commit(self, epoch: int, chunks: dict[str, pa.Table | None]) -> None:
+        """The barrier loop committed `epoch`: each sink's log store gets its MV's change in memory;
+        a coupled sink (`sink_decouple = false`) is waited for."""
+        with self._lock:
+            workers = list(self._workers.values())
+        for w in workers:
+            chunk = chunks.get(w.row.mv)
+            if chunk is not None and chunk.num_rows:
+                try:
+                    w.store.offer(epoch, chunk)
+                except Exception:  # the epoch is committed: its change is read back from the log file
+                    log.exception("sink %s: epoch %d could not be buffered; it is read from the log", w.row.name,
+                                  epoch)
+            w.notify()
+        for w in workers:
+            if not w.row.decouple:
+                w.wait_delivered(epoch)
+
+    def drop(self, name: str) -> None:
+        """Stop the sink's worker and forget the sink (its pin goes: retention frees its log). The
+        target keeps what it received, as in RisingWave."""
+        row = self.rt.catalog.sink(name)
+        with self._lock:
+            worker = self._workers.pop(name, None)
+        if worker is not None:
+            worker.interrupt()
+            worker.thread.join()
+        with self.rt.catalog.transaction() as db:
+            self.rt.catalog.remove_sink(db, name)
+        if row is not None and self.on_dropped is not None:
+            self.on_dropped(row)
+        self.moved()
+
+    def moved(self) -> None:
+        with self._moved:
+            self._moved.notify_all()
+
+    def wait_moved(self, name: str, timeout: float) -> None:
+        """Until a sink moved (or `timeout`): a foreground CREATE SINK's progress."""
+        with self._moved:
+            self._moved.wait(timeout)
+
+    def set_rate_limit(self, name: str, limit: int | None) -> None:
+        row = self.rt.catalog.sink(name)
+        if row is None:
+            raise CatalogError(f"no sink {name!r}")
+        self.rt.catalog.set_job_fields(row.job, rate_limit=limit)
+        if (w := self.worker(name)) is not None:
+            w.notify()
+
+    def failures(self, name: str) -> int:
+        w = self.worker(name)
+        return w.status.failures if w else 0
+
