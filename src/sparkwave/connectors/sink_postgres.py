@@ -10,7 +10,6 @@ recovery, RW #10251)."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pyarrow as pa
@@ -164,8 +163,8 @@ class PostgresSink(SinkTarget):
                     self._staged = True
                 conn.execute(sql.SQL("TRUNCATE {}").format(stage))
                 rows = pa.concat_tables([
-                    gone.select(names).add_column(0, "_new", pa.array([False] * gone.num_rows)),
-                    new.select(names).add_column(0, "_new", pa.array([True] * new.num_rows))])
+                    gone.select(names).add_column(0, "_new", pa.array([False] * gone.num_rows, pa.bool_())),
+                    new.select(names).add_column(0, "_new", pa.array([True] * new.num_rows, pa.bool_()))])
                 self._copy(conn, sql.SQL("COPY {} (_new, {}) FROM STDIN (FORMAT csv)").format(stage, cols), rows)
                 match = sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k))
                                               for k in self.spec.key)
@@ -182,9 +181,9 @@ class PostgresSink(SinkTarget):
     def _copy(conn: Any, statement: Any, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        buf = io.BytesIO()
-        pacsv.write_csv(rows, buf, pacsv.WriteOptions(include_header=False))
-        data = buf.getvalue()
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(rows.combine_chunks(), sink, pacsv.WriteOptions(include_header=False))
+        data = sink.getvalue().to_pybytes()
         with conn.cursor() as cur, cur.copy(statement) as copy:
             half = len(data) // 2
             copy.write(data[:half])

@@ -34,7 +34,7 @@ from sparkwave.core.errors import CatalogError
 from sparkwave.core.schema import Column, Schema
 from sparkwave.meta.creating_job import RateLimiter
 from sparkwave.meta.lag_rule import LagRule
-from sparkwave.meta.log_store import LogStore
+from sparkwave.meta.log_store import BUFFER_ROWS, LogStore
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.snapshot import vnode_rows
 
@@ -76,7 +76,7 @@ class SinkWorker:
         self.row = row
         self.spec = sink_spec(row)
         self.mv: Relation = self.rt.relation(row.mv)
-        self.store = LogStore(self.rt.catalog, row.mv, self.mv.schema)
+        self.store = LogStore(self.rt.catalog, row.mv, self.mv.schema, manager.buffer_rows)
         self.stop = threading.Event()
         self.wake = threading.Condition()
         self.limiter = RateLimiter()
@@ -221,6 +221,8 @@ class SinkWorker:
     def _record(self, to: Position, rows: int, epochs: int) -> None:
         lag = LagRule.lag(self.rt.catalog, to.epoch)
         self.rt.catalog.sink_delivered(self.row.job, self.row.name, to.epoch, to.vnode, rows, epochs, lag)
+        if self.manager.delivered_hook is not None:
+            self.manager.delivered_hook(self.row.name, to)
         with self.delivered:
             self.delivered.notify_all()
         self.manager.moved()
@@ -245,6 +247,8 @@ class Sinks:
         self._lock = threading.Lock()
         self._moved = threading.Condition()
         self.on_dropped: Callable[[SinkRow], None] | None = None  # the frontend drops a sink's own MV
+        self.delivered_hook: Callable[[str, Position], None] | None = None  # tests: the target as of each delivery
+        self.buffer_rows = BUFFER_ROWS
 
     def start(self, name: str) -> None:
         row = self.rt.catalog.sink(name)

