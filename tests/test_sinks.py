@@ -243,3 +243,36 @@ def test_bad_sinks_are_refused_and_create_nothing(session, postgres, tmp_path):
     session.sql("INSERT INTO log VALUES (1, 'a'), (1, 'a')")
     wait_sink(session, "ok", session.flush())
     assert pg_rows(dsn, "log_out", ["x", "y"]) == multiset([(1, "a"), (1, "a")])
+
+
+@pytest.mark.parametrize("crash_at", [
+    "sink_after_target_commit:2",  # in the sink backfill: a snapshot chunk is in PostgreSQL, not in the catalog
+    "sink_mid_copy:9",
+    pytest.param("sink_after_target_commit:9", marks=pytest.mark.chaos),
+    pytest.param("sink_before_target_commit:8", marks=pytest.mark.chaos),
+    pytest.param("sink_mid_copy:2", marks=pytest.mark.chaos),
+])
+def test_a_sigkill_anywhere_in_a_sink_loses_and_doubles_nothing(spark, postgres, tmp_path, crash_at):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import sparkwave
+    db, dsn = new_db(postgres)
+    wh, final = tmp_path / "wh", tmp_path / "final"
+    child = [sys.executable, "-m", "tests.sink_crash_child", str(wh), pg_with(postgres, db), str(final)]
+    root = Path(__file__).resolve().parent.parent
+    killed = subprocess.run(child, cwd=root, env={**os.environ, "SPARKWAVE_CRASH_AT": crash_at},
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    done = subprocess.run(child, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    epoch = int(final.read_text())
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        assert pg_rows(dsn, "agg_out", AGG_COLS) == oracle(s, MV_QUERIES["agg"], epoch, {"t": ["k", "g", "v", "s"]})
+        expected = multiset(tuple(r) for r in s.table("log", as_of=epoch).select("x", "y").collect())
+        assert pg_rows(dsn, "log_out", ["x", "y"]) == expected  # a repeated delivery would double rows
+        last_change = {f"s_{mv}": max(e for e, _ in s.catalog.log_file_rows(mv, 0, epoch)) for mv in ("agg", "log")}
+    with psycopg.connect(dsn) as conn:  # the progress row moves with each delivery that carries rows
+        assert dict(conn.execute("SELECT sink, epoch FROM sparkwave_sink_progress").fetchall()) == last_change
