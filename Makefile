@@ -27,7 +27,7 @@ test: java $(VENV)/.installed
 
 chaos: java $(VENV)/.installed
 	$(BIN)/python -m pytest -m "" tests/test_crash.py tests/test_backfill_crash.py tests/test_dataflow_crash.py \
-		tests/test_kafka.py tests/test_kafka_source.py tests/test_chaos.py
+		tests/test_kafka.py tests/test_kafka_source.py tests/test_sinks.py tests/test_chaos.py
 
 bench: java $(VENV)/.installed
 	$(BIN)/python -m bench.run_all
