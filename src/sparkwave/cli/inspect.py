@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
@@ -13,24 +13,40 @@ from sparkwave.core.catalog import Catalog
 from sparkwave.core.epoch import epoch_datetime
 from sparkwave.frontend.progress_bars import JobBars
 from sparkwave.meta.ownership import describe_owner, is_owned
-from sparkwave.meta.progress import JobInfo, job_infos
+from sparkwave.meta.progress import JobInfo, SinkInfo, job_infos, sink_infos
 from sparkwave.storage.warehouse import Warehouse
 
 
-def _read(warehouse: str | Path) -> tuple[str, list[JobInfo]]:
+def _read(warehouse: str | Path) -> tuple[str, list[JobInfo], list[SinkInfo]]:
     wh = Warehouse(warehouse)
     catalog = Catalog(wh.catalog_path, read_only=True)
     try:
         committed = catalog.committed_epoch()
         owner = describe_owner(wh.owner_path) if is_owned(wh.owner_path) else "none"
         when = epoch_datetime(committed).strftime("%H:%M:%S") if committed else "-"
-        return f"sparkwave jobs · committed epoch {committed} ({when}) · owner: {owner}", job_infos(catalog)
+        return (f"sparkwave jobs · committed epoch {committed} ({when}) · owner: {owner}", job_infos(catalog),
+                sink_infos(catalog))
     finally:
         catalog.close()
 
 
-def jobs_table(warehouse: str | Path) -> Table:
-    return _table(*_read(warehouse))
+def jobs_table(warehouse: str | Path) -> RenderableType:
+    title, jobs, sinks = _read(warehouse)
+    return Group(_table(title, jobs), _sinks(sinks)) if sinks else _table(title, jobs)
+
+
+def _sinks(sinks: list[SinkInfo]) -> Table:
+    """Each sink: where it delivers, how far, how far behind, how fast, why it retries."""
+    table = Table(title="sinks")
+    for c in ("name", "from", "connector", "target", "phase", "committed epoch", "lag", "rows/s", "rate limit",
+              "last error"):
+        table.add_column(c)
+    for s in sinks:
+        table.add_row(s.name, s.mv, s.connector, s.target, s.phase, str(s.epoch),
+                      f"{s.lag_epochs} epochs / {s.lag_seconds:,.1f}s / {s.lag_bytes:,} B",
+                      f"{s.rows_per_second:,.0f}",
+                      "unlimited" if s.rate_limit is None else f"{s.rate_limit:,}", s.error or "-")
+    return table
 
 
 def _table(title: str, jobs: list[JobInfo]) -> Table:
@@ -61,7 +77,7 @@ def watch_jobs(console: Console, warehouse: str | Path) -> int:
     bars = JobBars()
     with Live(console=console, refresh_per_second=2) as live:
         while True:
-            title, jobs = _read(warehouse)
+            title, jobs, sinks = _read(warehouse)
             bars.update([j for j in jobs if j.creating or j.id in bars.shown])
-            live.update(Group(_table(title, jobs), bars.progress))
+            live.update(Group(_table(title, jobs), *([_sinks(sinks)] if sinks else []), bars.progress))
             time.sleep(1.0)

@@ -82,6 +82,9 @@ class SinkTarget:
         """Deliver `change` (`| _op | columns |`, net per key) and move the sink to `to`, atomically."""
         raise NotImplementedError
 
+    def cancel(self) -> None:
+        """Interrupt a delivery in flight, from another thread (DROP SINK, close)."""
+
     def close(self) -> None:
         return None
 

@@ -76,7 +76,7 @@ class DeltaSink(SinkTarget):
         gone = gone.filter(pc.invert(_member(gone, new, key)))
         source = pa.concat_tables([gone.select(["_op", *names]), new.select(["_op", *names])]).cast(
             pa.schema([pa.field("_op", pa.int8()), *self.arrow]))
-        match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+        match = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in key)  # a key may hold NULL
         values = {n: f"s.`{n}`" for n in names}
         (dt.merge(source, predicate=match, source_alias="s", target_alias="t", commit_properties=commit)
          .when_matched_delete(predicate="s._op IN (2, 3)")
@@ -85,11 +85,7 @@ class DeltaSink(SinkTarget):
          .execute())
 
 
-def _member(rows: pa.Table, of: pa.Table, key: list[str]) -> pa.ChunkedArray:
-    """Whether each row's key is among `of`'s keys."""
-    if of.num_rows == 0 or rows.num_rows == 0:
-        return pa.chunked_array([pa.array([False] * rows.num_rows, pa.bool_())])
-    tagged = rows.select(key).append_column("_i", pa.array(range(rows.num_rows), pa.int64()))
-    hit = tagged.join(of.select(key).group_by(key).aggregate([]), key, join_type="left semi")
-    mask = pc.is_in(pa.array(range(rows.num_rows), pa.int64()), hit["_i"])
-    return pa.chunked_array([mask])
+def _member(rows: pa.Table, of: pa.Table, key: list[str]) -> pa.Array:
+    """Whether each row's key is among `of`'s keys (NULL equal to NULL, as in the MERGE)."""
+    keys = set(zip(*[of[k].to_pylist() for k in key], strict=True))
+    return pa.array([k in keys for k in zip(*[rows[k].to_pylist() for k in key], strict=True)], pa.bool_())

@@ -69,6 +69,9 @@ class PostgresSink(SinkTarget):
         self.auto_create = (spec.option("auto.create", "false") or "").lower() == "true"
         self._conn: Any = None
         self._staged = False
+        # The target has a unique index on exactly the key: a delivery of new keys may be COPYed straight
+        # in (a key it already holds fails the COPY, which then goes the general way).
+        self._unique = False
 
     @property
     def where(self) -> str:
@@ -91,6 +94,16 @@ class PostgresSink(SinkTarget):
         self._staged = False
         return self._conn
 
+    def cancel(self) -> None:
+        """Interrupt a statement in flight (a COPY or DELETE waiting on a lock): DROP SINK and close
+        must not wait for the target."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            try:
+                conn.cancel_safe(timeout=5.0)
+            except Exception:  # the connection is going anyway
+                return
+
     def close(self) -> None:
         if self._conn is not None:
             try:
@@ -106,13 +119,24 @@ class PostgresSink(SinkTarget):
     def check(self) -> None:
         """The progress table exists; the target table exists (or is created with `auto.create`) and
         holds every column of the sink in a type that fits."""
+        import psycopg
+        try:
+            self._check()
+        except psycopg.Error as e:
+            raise self.spec.error(f"PostgreSQL refused the sink's checks on {self.where}: "
+                                  f"{' '.join(str(e).split())[:300]}") from None
+
+    def _progress_table(self) -> Any:
+        from psycopg import sql
+        return sql.Identifier(self.schema, PROGRESS_TABLE)
+
+    def _check(self) -> None:
         from psycopg import sql
         conn = self._connect()
         with conn.transaction():
             conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (sink_id text PRIMARY KEY, sink text NOT NULL, "
                                  "epoch bigint NOT NULL, vnode integer NOT NULL, "
-                                 "updated_at timestamptz NOT NULL DEFAULT now())").format(
-                                     sql.Identifier(PROGRESS_TABLE)))
+                                 "updated_at timestamptz NOT NULL DEFAULT now())").format(self._progress_table()))
             found = dict(conn.execute(
                 "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND "
                 "table_name = %s", (self.schema, self.table)).fetchall())
@@ -121,11 +145,18 @@ class PostgresSink(SinkTarget):
                     raise self.spec.error(f"table {self.where} does not exist (auto.create = 'true' creates it)")
                 cols = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(pg_type(c.type)))
                         for c in self.spec.columns]
-                if self.spec.key:
-                    cols.append(sql.SQL("PRIMARY KEY ({})").format(
+                if self.spec.key:  # NULLS NOT DISTINCT: an MV's key may hold a NULL (a group of NULLs)
+                    cols.append(sql.SQL("UNIQUE NULLS NOT DISTINCT ({})").format(
                         sql.SQL(", ").join(map(sql.Identifier, self.spec.key))))
                 conn.execute(sql.SQL("CREATE TABLE {} ({})").format(self._ident(), sql.SQL(", ").join(cols)))
+                self._unique = bool(self.spec.key)
                 return
+            self._unique = bool(self.spec.key) and conn.execute(
+                "SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON "
+                "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s AND i.indisunique AND "
+                "i.indpred IS NULL AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a "
+                "WHERE a.attrelid = c.oid AND a.attnum = ANY(i.indkey)) = %s::text[]",
+                (self.schema, self.table, sorted(self.spec.key))).fetchone() is not None
         for c in self.spec.columns:
             have = found.get(c.name)
             if have is None:
@@ -141,7 +172,7 @@ class PostgresSink(SinkTarget):
         conn = self._connect()
         with conn.transaction():
             row = conn.execute(sql.SQL("SELECT epoch, vnode FROM {} WHERE sink_id = %s").format(
-                sql.Identifier(PROGRESS_TABLE)), (self.spec.sink_id,)).fetchone()
+                self._progress_table()), (self.spec.sink_id,)).fetchone()
         return Position(int(row[0]), int(row[1])) if row else None
 
     def write(self, change: pa.Table, to: Position) -> None:
@@ -154,7 +185,7 @@ class PostgresSink(SinkTarget):
             if self.spec.mode == APPEND_ONLY or not self.spec.key:
                 self._copy(conn, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(self._ident(), cols),
                            new.select(names))
-            elif not gone.num_rows and self._insert_only(conn, cols, new.select(names)):
+            elif self._unique and not gone.num_rows and self._insert_only(conn, cols, new.select(names)):
                 pass
             else:
                 stage = sql.Identifier("_sparkwave_stage")
@@ -171,11 +202,18 @@ class PostgresSink(SinkTarget):
                 match = sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k))
                                               for k in self.spec.key)
                 conn.execute(sql.SQL("DELETE FROM {} t USING {} s WHERE {}").format(self._ident(), stage, match))
+                if any(rows[k].null_count for k in self.spec.key):  # `=` misses NULL keys: those by row
+                    null_key = sql.SQL(" OR ").join(sql.SQL("s.{} IS NULL").format(sql.Identifier(k))
+                                                    for k in self.spec.key)
+                    same = sql.SQL(" AND ").join(sql.SQL("t.{k} IS NOT DISTINCT FROM s.{k}").format(
+                        k=sql.Identifier(k)) for k in self.spec.key)
+                    conn.execute(sql.SQL("DELETE FROM {} t USING {} s WHERE ({}) AND {}").format(
+                        self._ident(), stage, null_key, same))
                 conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE _new").format(
                     self._ident(), cols, cols, stage))
             conn.execute(sql.SQL("INSERT INTO {} (sink_id, sink, epoch, vnode) VALUES (%s, %s, %s, %s) "
                                  "ON CONFLICT (sink_id) DO UPDATE SET epoch = excluded.epoch, vnode = excluded.vnode, "
-                                 "updated_at = now()").format(sql.Identifier(PROGRESS_TABLE)),
+                                 "updated_at = now()").format(self._progress_table()),
                          (self.spec.sink_id, self.spec.name, to.epoch, to.vnode))
             crash_point("sink_before_target_commit")
 

@@ -79,11 +79,13 @@ class Session:
             self.loop.start()
             self._undo.append(self.creating.stop)
             self.creating.resume_all()
-            self._undo.append(self.sinks.stop)  # before the barrier loop stops: a coupled sink's epoch waits
-            self.sinks.resume_all()
             self.maintenance = Maintenance(self.rt, self.locks, max(1.0, barrier_interval_ms / 1000 * 5))
             self._undo.append(self.maintenance.stop)
             self.maintenance.start()
+            # Stopped first: the barrier loop may be waiting for a coupled sink under `epoch`, which
+            # maintenance may be waiting for.
+            self._undo.append(self.sinks.stop)
+            self.sinks.resume_all()
         except BaseException:
             self._unwind()
             raise

@@ -7,6 +7,7 @@ import json
 from pyspark.sql import DataFrame
 
 from sparkwave.core.errors import CatalogError
+from sparkwave.frontend.sink_ddl import SECRET
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.progress import job_infos, sink_infos
 from sparkwave.meta.runtime import Runtime
@@ -20,8 +21,9 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
     if what == "TABLES":
         return rt.spark.createDataFrame([(r.name,) for r in rels if r.kind == "table"], "name string")
     if what == "MATERIALIZED VIEWS":
+        sinks = {s.name for s in rt.catalog.sinks()}  # an MV holding a sink's query is shown while the sink is
         return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels
-                                         if r.kind == "mv" and not r.definition.get("sink")],
+                                         if r.kind == "mv" and r.definition.get("sink") not in sinks],
                                         "name string, definition string")
     if what == "SOURCES":
         return _sources(rt)
@@ -74,7 +76,7 @@ def _describe_sink(rt: Runtime, stmt: Statement) -> DataFrame:
     rows.append(("from", "relation", None, None, sink.mv))
     rows.append(("format", "option", None, None, sink.spec["mode"]))
     rows.append(("sink_decouple", "option", None, None, str(sink.decouple).lower()))
-    rows += [(k, "option", None, None, "***" if "password" in k else v)
+    rows += [(k, "option", None, None, "***" if SECRET.search(k) else v)
              for k, v in sorted(sink.spec["options"].items())]
     return rt.spark.createDataFrame(
         rows, "name string, type string, is_key boolean, is_hidden boolean, description string")

@@ -6,15 +6,18 @@
             sink_rate_limit = n)
       [FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON]
 
-Everything is checked before anything is created, the target included (reachable, its table's
-columns fit): a CREATE that fails leaves nothing behind. `AS SELECT` creates the sink's own MV
-(`_sink_<name>`, dropped with the sink)."""
+Everything is checked before the sink is recorded, the target included (reachable, its table's
+columns fit): a CREATE that fails leaves nothing in the warehouse (on the target, the checks may
+have created the progress table, and `auto.create` the table). `AS SELECT` creates the sink's own
+MV (`_sink_<name>`, hidden while the sink exists, dropped with it)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from sparkwave.connectors import make_sink
 from sparkwave.connectors.sink import APPEND_ONLY, DEBEZIUM, UPSERT, SinkSpec
@@ -32,6 +35,15 @@ from sparkwave.meta.sinks import Sinks
 SINK_MV_PREFIX = "_sink_"
 _FORMATS = {"plain": APPEND_ONLY, "upsert": UPSERT, "debezium": DEBEZIUM}
 _TYPES = {"upsert": UPSERT, "append-only": APPEND_ONLY, "append_only": APPEND_ONLY}
+
+
+SECRET = re.compile(r"password|secret|token|credential|access_key|private_key|sasl", re.IGNORECASE)
+
+
+def redact(sql: str) -> str:
+    """The statement with the values of secret options replaced by '***' (it is kept in the catalog)."""
+    return re.sub(r"(\b[A-Za-z_][A-Za-z0-9_.]*\s*=\s*)'(?:[^']|'')*'",
+                  lambda m: m.group(1) + "'***'" if SECRET.search(m.group(1)) else m.group(0), sql)
 
 
 def _flag(stmt: Statement, options: dict[str, str], key: str, default: bool) -> bool:
@@ -63,47 +75,55 @@ class SinkDdl:
             raise stmt.error("CREATE SINK needs WITH (connector = 'postgres' | 'kafka' | 'deltalake', ...)", "WITH")
         upstream = stmt.args["from"]
         if upstream is not None:
-            mv = self.rt.relation(upstream)
-            if mv.kind == "source":
-                raise stmt.error(f"{upstream!r} is a source, which stores nothing: create a materialized view over it "
-                                 "and a sink from that, or CREATE SINK ... AS SELECT", upstream)
-            if mv.state != "created":
-                raise CatalogError(f"cannot create sink {name!r} on {upstream!r}: it is still being created; WAIT "
-                                   f"for it first (at {stmt.where(upstream)})")
+            self._check_upstream(stmt, name, upstream)
         spec = self._spec(stmt, name, options, upstream)
         target = make_sink(spec)
         try:
-            target.check()  # reaches the target: an error here creates nothing
+            target.check()  # reaches the target: an error here creates nothing of ours
         finally:
             target.close()
-        own_mv = None
-        if upstream is None:  # AS SELECT: the sink's own MV, built at once
-            own_mv = self._create_own_mv(stmt, name)
-            upstream = own_mv
-            spec = self._spec(stmt, name, options, upstream)
         snapshot = _flag(stmt, options, "snapshot", True)
         decouple = _flag(stmt, options, "sink_decouple", Settings(self.catalog).sink_decouple)
         limit = rate_limit_value(stmt, options["sink_rate_limit"]) if "sink_rate_limit" in options else None
-        row = SinkRow(name, upstream, spec.sink_id,
-                      {"columns": [c.to_json() for c in spec.columns], "key": list(spec.key), "mode": spec.mode,
-                       "options": spec.options, "sql": stmt.text, "own_mv": own_mv}, decouple, 0)
+        own_mv = None
         try:
-            with self.ddl.locks.epoch:  # S: the committed epoch the snapshot is read at
+            if upstream is None:  # AS SELECT: the sink's own MV, built at once
+                own_mv = upstream = self._create_own_mv(stmt, name)
+                spec = self._spec(stmt, name, options, upstream)
+            row = SinkRow(name, upstream, spec.sink_id,
+                          {"columns": [c.to_json() for c in spec.columns], "key": list(spec.key), "mode": spec.mode,
+                           "options": spec.options, "sql": redact(stmt.text), "own_mv": own_mv}, decouple, 0)
+            with self.ddl.locks.ddl, self.ddl.locks.epoch:  # S: the committed epoch the snapshot is read at
+                self._check_upstream(stmt, name, upstream)  # not dropped meanwhile
                 with self.catalog.transaction() as db:
                     job = self.catalog.add_sink(db, row, self.catalog.committed_epoch(), snapshot, limit)
-        except Exception:
-            if own_mv is not None:
+        except BaseException:
+            if own_mv is not None and self.catalog.relation(own_mv) is not None:
                 self.ddl.drop_relation(own_mv)
             raise
         self.sinks.start(name)
         if snapshot and not Settings(self.catalog).background_ddl:
             self._wait_snapshot(name, job)
 
+    def _check_upstream(self, stmt: Statement, name: str, upstream: str) -> None:
+        mv = self.rt.relation(upstream)
+        if mv.kind == "source":
+            raise stmt.error(f"{upstream!r} is a source, which stores nothing: create a materialized view over it "
+                             "and a sink from that, or CREATE SINK ... AS SELECT", upstream)
+        if mv.state != "created":
+            raise CatalogError(f"cannot create sink {name!r} on {upstream!r}: it is still being created; WAIT "
+                               f"for it first (at {stmt.where(upstream)})")
+        owner = mv.definition.get("sink")
+        if owner and owner != name:
+            raise stmt.error(f"{upstream!r} holds the query of sink {owner!r}; create the sink from a materialized "
+                             "view of your own", upstream)
+
     def _spec(self, stmt: Statement, name: str, options: dict[str, str], upstream: str | None) -> SinkSpec:
         """The sink's columns, key and mode from the MV (for AS SELECT before its MV exists: from the
         query's plan) and the options, each checked."""
         schema = self.rt.relation(upstream).schema if upstream else self.ddl.plan_schema(stmt, name)
         what = f"materialized view {upstream!r}" if upstream else "the query"
+        options = dict(options)  # the target's options: without FORMAT and ENCODE
         fmt, encode = options.pop("format", None), options.pop("encode", None)
         if encode is not None and encode != "json":
             raise stmt.error(f"ENCODE {encode.upper()} is not supported; supported: ENCODE JSON", "ENCODE")
@@ -141,25 +161,29 @@ class SinkDdl:
                                  "sink needs primary_key = '...' naming the columns that identify a row",
                                  "WITH")
         if options["connector"] == "deltalake":
-            self._check_location(stmt, options.get("location", ""))
+            options["location"] = self._location(stmt, options.get("location", ""))
         sink_id = f"{name}-{uuid.uuid4().hex[:12]}"
         return SinkSpec(name, sink_id, tuple(visible), tuple(key), mode, options)
 
-    def _check_location(self, stmt: Statement, location: str) -> None:
-        """A Delta sink never writes into the warehouse, whose files are sparkwave's own."""
-        if "://" in location or not location:
-            return
-        path, root = Path(location).resolve(), self.rt.warehouse.root.resolve()
+    def _location(self, stmt: Statement, location: str) -> str:
+        """A Delta sink's location, a local one made absolute (a later session may run elsewhere); it
+        never lies inside the warehouse, whose files are sparkwave's own."""
+        parsed = urlparse(location)
+        if parsed.scheme not in ("", "file") or not location:
+            return location
+        path = Path(unquote(parsed.path) if parsed.scheme == "file" else location).resolve()
+        root = self.rt.warehouse.root.resolve()
         if path == root or root in path.parents:
             raise stmt.error(f"location {location!r} is inside the warehouse {root}; a Delta sink writes to a "
                              "table outside it", "location")
+        return str(path)
 
     def _create_own_mv(self, stmt: Statement, name: str) -> str:
         own = SINK_MV_PREFIX + name
         if len(own) > MAX_LENGTH:
             raise stmt.error(f"a sink AS SELECT keeps its query in a materialized view named {own!r}, longer than "
                              f"{MAX_LENGTH} characters: choose a shorter sink name")
-        mv_stmt = Statement(stmt.text, stmt.line, stmt.col, "create_mv", stmt.ast,
+        mv_stmt = Statement(redact(stmt.text), stmt.line, stmt.col, "create_mv", stmt.ast,
                             {"name": own, "if_not_exists": False, "options": {"backfill_strategy": "blocking"},
                              "query": stmt.args["query"]})
         self.ddl.create_mv(mv_stmt, sink=name)
@@ -187,7 +211,7 @@ class SinkDdl:
                     raise PipelineError(f"sink {name!r} is paused (SINK_RATE_LIMIT = 0), so this wait would never "
                                         f"end; it delivers its snapshot once resumed with ALTER SINK {name} SET "
                                         "SINK_RATE_LIMIT = DEFAULT")
-                self.sinks.wait_moved(name, 0.5)
+                self.sinks.wait_moved(0.5)
         finally:
             if bars:
                 bars.__exit__(None, None, None)

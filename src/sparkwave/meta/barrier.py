@@ -314,13 +314,13 @@ class BarrierLoop:
         for name in sources:
             self.rt.warehouse.remove_file(self.rt.stored(self.rt.relation(name)).log_file_path(e.epoch))
         self._forget_consumed_dml()  # before waking flush(): what it waited for is committed and tidied
+        if self.sinks is not None:  # before waking flush(): a coupled sink has the epoch when it returns
+            self.sinks.on_commit(e.epoch, e.chunks)
         with self._committed:
             self._done_ticket = max(self._done_ticket, self._planned_under.pop(e.epoch, 0))
             self._committed.notify_all()
         if self.jobs is not None:
             self.jobs.notify()
-        if self.sinks is not None:
-            self.sinks.on_commit(e.epoch, e.chunks)
         report = EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency, step_ms)
         if self.on_epoch:
             self.on_epoch(report)

@@ -223,7 +223,11 @@ class CreatingJobs:
         waiting, CatalogError says so."""
         job = self.creating_job(job_id)
         if job.strategy == SINK_STRATEGY and self.sinks is not None:  # a sink backfill: the sink goes
-            self.sinks.drop(job.relation)
+            if wait:
+                self.sinks.drop(job.relation)
+            else:  # a request, on the barrier loop's thread, which holds `epoch`: the drop takes `ddl` first
+                threading.Thread(target=self.sinks.drop, args=(job.relation,), name=f"sparkwave-drop-{job.relation}",
+                                 daemon=True).start()
             return
         worker = self._workers.get(job_id)
         if worker is not None and worker.thread.is_alive():

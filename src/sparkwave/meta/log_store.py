@@ -27,14 +27,11 @@ BUFFER_ROWS = 200_000  # rows of committed epochs a sink keeps in memory before 
 
 @dataclass(frozen=True)
 class Batch:
-    """Consecutive epochs of the MV's change: `(after, through]`, their log rows, how many were read
-    back from files (spilled) rather than memory."""
+    """Consecutive epochs of the MV's change up to `through`: their log rows and how many epochs."""
 
-    after: int
     through: int
     rows: pa.Table  # `| _epoch | _seq | _op | _vnode | columns |`
     epochs: int
-    spilled: int
 
 
 class LogStore:
@@ -65,10 +62,6 @@ class LogStore:
                 _, t = self._buffer.popitem(last=False)
                 self._rows -= t.num_rows
 
-    @property
-    def buffered_rows(self) -> int:
-        return self._rows
-
     def read(self, after: int, upto: int, max_rows: float) -> Batch:
         """The epochs in `(after, upto]` with changes, oldest first, until `max_rows` is reached (at
         least one epoch); `through` covers the epochs without changes up to the next one not taken."""
@@ -93,4 +86,4 @@ class LogStore:
         self.spilled_epochs += spilled
         self.memory_epochs += len(taken) - spilled
         rows = pa.concat_tables(tables) if tables else self.schema.empty_table()
-        return Batch(after, through, rows, len(taken), spilled)
+        return Batch(through, rows, len(taken))

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,9 +30,10 @@ from sparkwave.connectors.sink import Position, SinkSpec, SinkTarget
 from sparkwave.core.catalog import JobRow, Phase, Relation, SinkRow
 from sparkwave.core.chunk import VNODES, Op, consolidate
 from sparkwave.core.crash import crash_point
-from sparkwave.core.errors import CatalogError
+from sparkwave.core.errors import CatalogError, PipelineError
 from sparkwave.core.schema import Column, Schema
 from sparkwave.meta.creating_job import RateLimiter
+from sparkwave.meta.jobs import BACKFILL_POOL
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.log_store import BUFFER_ROWS, LogStore
 from sparkwave.meta.runtime import Runtime
@@ -42,7 +43,6 @@ log = logging.getLogger("sparkwave.sinks")
 BATCH_ROWS = 500_000  # at most this many change rows per delivery (more when one epoch alone has more)
 SNAPSHOT_CHUNK_ROWS = 1_000_000  # MV rows per sink-backfill delivery
 MAX_BACKOFF_S = 30.0
-SINK_POOL = "backfill"
 
 
 def sink_spec(row: SinkRow) -> SinkSpec:
@@ -63,12 +63,6 @@ def net_change(rows: pa.Table, schema: Schema, columns: list[str]) -> pa.Table:
     return rows.select(["_op", *columns])
 
 
-@dataclass
-class _Status:
-    failures: int = 0
-    delivered_rows: int = 0
-
-
 class SinkWorker:
     def __init__(self, manager: Sinks, row: SinkRow) -> None:
         self.manager = manager
@@ -80,7 +74,8 @@ class SinkWorker:
         self.stop = threading.Event()
         self.wake = threading.Condition()
         self.limiter = RateLimiter()
-        self.status = _Status()
+        self.failures = 0  # consecutive failed deliveries
+        self.altered = threading.Event()  # a rate limit changed or the sink stops: a backoff ends early
         self.target: SinkTarget | None = None
         self.delivered = threading.Condition()  # notified as the position moves (a coupled sink's epoch waits)
         self.thread = threading.Thread(target=self._run, name=f"sparkwave-sink-{row.name}", daemon=True)
@@ -95,33 +90,43 @@ class SinkWorker:
 
     def interrupt(self) -> None:
         self.stop.set()
+        self.altered.set()
         self.rt.spark.sparkContext.cancelJobGroup(self.group)
+        if (target := self.target) is not None:
+            target.cancel()
         self.notify()
         with self.delivered:
             self.delivered.notify_all()
 
     def _sleep(self, seconds: float | None) -> None:
+        """Until a commit, an ALTER or a stop wakes the worker, or `seconds` (None: 1 s) pass."""
         with self.wake:
             if not self.stop.is_set():
                 self.wake.wait(timeout=1.0 if seconds is None else seconds)
 
+    def _back_off(self) -> None:
+        """After a failure: commits do not wake the worker, only an ALTER or a stop (a target that is
+        down is not retried at every barrier)."""
+        self.altered.clear()
+        self.altered.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** self.failures))
+
     def _run(self) -> None:
         sc = self.rt.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", SINK_POOL)
+        sc.setLocalProperty("spark.scheduler.pool", BACKFILL_POOL)
         sc.setJobGroup(self.group, f"sparkwave sink {self.row.name}", interruptOnCancel=True)
         try:
             while not self.stop.is_set():
                 try:
                     wait = self.step()
-                    self.status.failures = 0
+                    self.failures = 0
                 except Exception as e:  # retried from the committed position, the pipeline unaffected
                     if self.stop.is_set():
                         break
-                    self.status.failures += 1
-                    log.warning("sink %s: delivery failed (attempt %d): %s", self.row.name, self.status.failures, e)
+                    self.failures += 1
+                    log.warning("sink %s: delivery failed (attempt %d): %s", self.row.name, self.failures, e)
                     self.rt.catalog.set_job_error(self.row.job, f"{type(e).__name__}: {str(e).strip()[:500]}")
                     self._close_target()
-                    self._sleep(min(MAX_BACKOFF_S, 0.5 * 2 ** self.status.failures))
+                    self._back_off()
                     continue
                 if wait != 0:
                     self._sleep(wait)
@@ -153,13 +158,16 @@ class SinkWorker:
         if held is not None and held > mine:
             log.info("sink %s: the target holds %s, the catalog %s: resuming from the target's", self.row.name,
                      held, mine)
-            self._record(held, 0, 0)
+            counts = (job.vnode_rows or {}).get(self.mv.name) or []
+            rows = sum(counts[mine.vnode:held.vnode]) if held.epoch == mine.epoch else 0  # snapshot chunks
+            self._record(held, rows, 0)
             job = self._job()
         self.target = target
         return target, job
 
     def step(self) -> float | None:
-        """One delivery; returns how long to wait before the next (0: at once; None: until woken)."""
+        """One delivery; returns how long to wait before the next (0: at once; None: until woken, at
+        most a second)."""
         job = self._job()
         target, job = (self.target, job) if self.target is not None else self._open(job)
         limit = job.rate_limit
@@ -197,7 +205,7 @@ class SinkWorker:
         table = table.cast(pa.schema([pa.field(c.name, c.type.arrow) for c in self.spec.columns]))
         change = table.add_column(0, "_op", pa.array([int(Op.INSERT)] * table.num_rows, pa.int8()))
         target.write(change, Position(job.snapshot_epoch, hi))
-        crash_point("sink_after_target_commit")
+        self._crash_after_commit()
         self._record(Position(job.snapshot_epoch, hi), change.num_rows, 0)
         return change.num_rows
 
@@ -212,11 +220,14 @@ class SinkWorker:
         to = Position(batch.through, VNODES)
         if change.num_rows:
             target.write(change, to)
-            crash_point("sink_after_target_commit")
+            self._crash_after_commit()
         self._record(to, change.num_rows, batch.epochs)
         self.store.truncate(batch.through)
-        self.status.delivered_rows += change.num_rows
         return change.num_rows
+
+    def _crash_after_commit(self) -> None:
+        crash_point("sink_after_target_commit")
+        crash_point(f"sink_after_{self.spec.options.get('connector')}_commit")
 
     def _record(self, to: Position, rows: int, epochs: int) -> None:
         lag = LagRule.lag(self.rt.catalog, to.epoch)
@@ -228,11 +239,12 @@ class SinkWorker:
         self.manager.moved()
 
     def wait_delivered(self, epoch: int) -> None:
-        """Until the sink's position reaches `epoch` (a coupled sink's epoch waits here)."""
+        """Until the sink's position reaches `epoch` (a coupled sink's epoch waits here; not while it
+        backfills, which would hold every epoch for the whole snapshot)."""
         with self.delivered:
-            while not self.stop.is_set():
+            while not self.stop.is_set() and self.thread.is_alive():
                 job = self.rt.catalog.job(self.row.job)
-                if job is None or (job.phase is Phase.CREATED and (job.consumed_epoch or 0) >= epoch):
+                if job is None or job.phase is Phase.SNAPSHOT or (job.consumed_epoch or 0) >= epoch:
                     return
                 self.notify()
                 self.delivered.wait(1.0)
@@ -260,8 +272,13 @@ class Sinks:
         worker.thread.start()
 
     def resume_all(self) -> None:
+        """After a restart; a sink that cannot start says why in its job row, the rest go on."""
         for row in self.rt.catalog.sinks():
-            self.start(row.name)
+            try:
+                self.start(row.name)
+            except Exception as e:
+                log.exception("sink %s cannot start", row.name)
+                self.rt.catalog.set_job_error(row.job, f"{type(e).__name__}: {str(e).strip()[:500]}")
 
     def stop(self) -> None:
         with self._lock:
@@ -313,10 +330,26 @@ class Sinks:
         with self._moved:
             self._moved.notify_all()
 
-    def wait_moved(self, name: str, timeout: float) -> None:
+    def wait_moved(self, timeout: float) -> None:
         """Until a sink moved (or `timeout`): a foreground CREATE SINK's progress."""
         with self._moved:
             self._moved.wait(timeout)
+
+    def wait_until(self, name: str, epoch: int, timeout: float | None = None) -> None:
+        """Until sink `name` has delivered `epoch` (its backfill done); SparkwaveError if it does not
+        within `timeout` seconds, saying where it is and why."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            row = self.rt.catalog.sink(name)
+            job = self.rt.catalog.job(row.job) if row else None
+            if row is None or job is None:
+                raise CatalogError(f"no sink {name!r}")
+            if job.phase is Phase.CREATED and (job.consumed_epoch or 0) >= epoch:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise PipelineError(f"sink {name!r} has not delivered epoch {epoch} within {timeout:.0f} s: it is "
+                                    f"at {job.consumed_epoch} ({job.phase}), last error: {job.error}")
+            self.wait_moved(0.5)
 
     def set_rate_limit(self, name: str, limit: int | None) -> None:
         row = self.rt.catalog.sink(name)
@@ -324,9 +357,10 @@ class Sinks:
             raise CatalogError(f"no sink {name!r}")
         self.rt.catalog.set_job_fields(row.job, rate_limit=limit)
         if (w := self.worker(name)) is not None:
+            w.altered.set()
             w.notify()
 
     def failures(self, name: str) -> int:
         w = self.worker(name)
-        return w.status.failures if w else 0
+        return w.failures if w else 0
 
