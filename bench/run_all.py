@@ -8,6 +8,7 @@ from bench import (
     bench_dataflow,
     bench_kafka,
     bench_long_run,
+    bench_sinks,
     bench_stateful_backfill,
     bench_storage,
     bench_throughput,
@@ -15,5 +16,5 @@ from bench import (
 
 if __name__ == "__main__":
     for b in (bench_barrier, bench_throughput, bench_storage, bench_backfill, bench_dataflow,
-              bench_stateful_backfill, bench_long_run, bench_kafka):
+              bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks):
         b.main()
