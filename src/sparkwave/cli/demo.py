@@ -91,11 +91,15 @@ def _show_sinks(console: Console, s: Session, pg: PostgresServer, epoch: int) ->
     assert sinks is not None
     print_frame(console, sinks.toArrow().to_pylist(), ["name", "from_relation", "connector", "target", "phase",
                                                        "lag_epochs", "rows_per_second"], title="sinks")
-    with psycopg.connect(pg.dsn()) as conn:
+    with psycopg.connect(pg.dsn()) as conn, conn.transaction():  # one snapshot: the rows and the position
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        row = conn.execute("SELECT epoch FROM sparkwave_sink_progress WHERE sink = 'sellers_pg'").fetchone()
+        at = row[0] if row else epoch
         in_pg = sorted(conn.execute("SELECT state, auctions, sellers, top_initial FROM west_coast_sellers").fetchall())
-    in_mv = sorted(tuple(r) for r in s.table("west_coast_sellers", as_of=epoch).collect())
-    console.print(f"PostgreSQL's west_coast_sellers ({len(in_pg)} rows) equals the MV at epoch {epoch}: "
-                  f"[bold]{'yes' if in_pg == in_mv else 'NO'}[/]")
+    in_mv = sorted(tuple(r) for r in s.table("west_coast_sellers", as_of=at).select(
+        "state", "auctions", "sellers", "top_initial").collect())
+    console.print(f"PostgreSQL's west_coast_sellers ({len(in_pg)} rows, sink position {at}) equals the MV as of "
+                  f"that epoch: [bold]{'yes' if in_pg == in_mv else 'NO'}[/]")
 
 
 def run_demo(console: Console, warehouse: str, seconds: float) -> int:
