@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,7 @@ MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many
 # Bad records kept (with their payload) per relation per epoch; all are counted. A schema that fits
 # no message must not pour a whole epoch's payloads into the catalog's commit.
 MAX_BAD_RECORDS_KEPT = 1000
+EXECUTE_THREADS = 4  # relations of one epoch executed at once (those whose upstreams are done)
 
 
 @dataclass
@@ -120,6 +122,7 @@ class BarrierLoop:
         self.started_at = time.time()  # a source's first epoch covers the time since
         self.jobs: CreatingJobs | None = None  # set by the session: mutations and the lag rule ride on barriers
         self.sinks: Sinks | None = None  # set by the session: committed epochs go to the sinks' log stores
+        self._threads: ThreadPoolExecutor | None = None  # an epoch's relations and commits run on these
 
     # --- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,6 +135,17 @@ class BarrierLoop:
             self._wake.notify_all()
         if self._thread:
             self._thread.join()
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
+
+    @property
+    def _pool(self) -> ThreadPoolExecutor:
+        """The threads an epoch's relations run on (the barrier loop's own thread waits for them),
+        made again after a stop (`run_epoch` may be driven by hand)."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=EXECUTE_THREADS, thread_name_prefix="sparkwave-epoch")
+        return self._threads
 
     def busy(self) -> bool:
         """Whether the main graph has had input lately (within two barrier intervals, 1 to 5 s)."""
@@ -281,28 +295,11 @@ class BarrierLoop:
         dml = self.rt.catalog.dml_batches(e.plan.get("dml", []))
         rows_in = sum(r for *_, r in dml) + sum(
             end - start for splits in e.plan.get("sources", {}).values() for start, end in splits.values())
-        step_ms: dict[str, float] = {}
-        for i, rel in enumerate(relations):
-            t_rel = time.time()
-            try:
-                e.chunks[rel.name] = self._execute(rel, e, dml)
-            except Exception as err:
-                what = {"mv": "materialized view", "source": "source"}.get(rel.kind, "table")
-                raise PipelineError(f"epoch {e.epoch} failed at {what} {rel.name!r}: "
-                                    f"{(str(err).strip().splitlines() or [type(err).__name__])[0][:300]}; "
-                                    f"if it keeps failing, DROP {what.upper()} {rel.name} lets the pipeline "
-                                    "go on") from err
-            step_ms[rel.name] = (time.time() - t_rel) * 1000
-            if i == 0:
-                crash_point("mid_execute")
-        logs: list[tuple[str, str, int, int]] = []
+        step_ms = self._execute_all(relations, e, dml)
         sources = {r.name for r in relations if r.kind == "source"}
-        for name, chunk in list(e.chunks.items()):  # relations in order, each MV's state tables after it
-            if chunk is None or chunk.num_rows == 0 or name in sources:  # a source's rows are not kept
-                continue
-            path, rows, version = self.rt.stored(self.rt.relation(name)).commit_log(e.epoch)
-            logs.append((name, path, rows, version))
-            crash_point("mid_commit")
+        changed = [name for name, chunk in e.chunks.items()  # a source's rows are not kept
+                   if chunk is not None and chunk.num_rows > 0 and name not in sources]
+        logs = list(self._pool.map(lambda name: (name, *self._commit_log(name, e.epoch)), changed))
         crash_point("before_catalog_commit")
         names = {r.name for r in relations}  # a source dropped since the plan keeps no offsets
         offsets = {rel: {s: end for s, (_, end) in splits.items()}
@@ -325,6 +322,58 @@ class BarrierLoop:
         if self.on_epoch:
             self.on_epoch(report)
         return report
+
+    def _execute_all(self, relations: list[Relation], e: _Epoch,
+                     dml: list[tuple[int, str, str, int]]) -> dict[str, float]:
+        """Execute every relation once its upstreams of this epoch are done, the independent ones at
+        once (`EXECUTE_THREADS`): an epoch's fixed costs (a Spark job, file writes) overlap rather
+        than add up. Returns each relation's execute time (ms)."""
+        names = {r.name for r in relations}
+        waiting = {r.name: ({u for u in r.upstreams if u in names}, r) for r in relations}
+        done: set[str] = set()
+        running: dict[Future, str] = {}
+        step_ms: dict[str, float] = {}
+        failed: BaseException | None = None
+        while waiting or running:
+            if failed is None:
+                for name in [n for n, (ups, _) in waiting.items() if ups <= done]:
+                    rel = waiting.pop(name)[1]
+                    running[self._pool.submit(self._timed_execute, rel, e, dml)] = name
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                name = running.pop(f)
+                try:
+                    e.chunks[name], step_ms[name] = f.result()
+                except Exception as err:  # the others running finish; none is started after
+                    failed = failed or err
+                    continue
+                if not done:
+                    crash_point("mid_execute")
+                done.add(name)
+        if failed is not None:
+            raise failed
+        return step_ms
+
+    def _timed_execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]
+                       ) -> tuple[pa.Table | None, float]:
+        self.rt.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
+        t0 = time.time()
+        try:
+            chunk = self._execute(rel, e, dml)
+        except Exception as err:
+            what = {"mv": "materialized view", "source": "source"}.get(rel.kind, "table")
+            raise PipelineError(f"epoch {e.epoch} failed at {what} {rel.name!r}: "
+                                f"{(str(err).strip().splitlines() or [type(err).__name__])[0][:300]}; "
+                                f"if it keeps failing, DROP {what.upper()} {rel.name} lets the pipeline "
+                                "go on") from err
+        return chunk, (time.time() - t0) * 1000
+
+    def _commit_log(self, name: str, epoch: int) -> tuple[str, int, int]:
+        out = self.rt.stored(self.rt.relation(name)).commit_log(epoch)
+        crash_point("mid_commit")
+        return out
 
     def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
         """The relation's log rows for the epoch, staged as its log file (committed later)."""
