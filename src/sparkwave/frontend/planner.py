@@ -111,6 +111,7 @@ class Planner:
         ups = node.upstreams()
         # Scans and projections of append-only inputs only ever insert: the MV is append-only too.
         append_only = node.stateless and self.append_only(node)
+        node.prune(set(node.names))  # scans read, and join sides store, only the columns the query uses
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ class Runtime(Store):
         return rows.select(vnode(list(rel.schema.key)).alias("_vnode"),
                            *[F.col(f"`{c.name}`") for c in rel.schema.columns])
 
+    def plain_snapshot(self, rel: Relation, epoch: int) -> bool:
+        return rel.kind != "source" and super().plain_snapshot(rel, epoch)  # a source's is read from Kafka
+
     def vnode_rows(self, rel: Relation, epoch: int) -> list[int]:
         """The snapshot's rows per vnode; a source's offsets per slot."""
         if rel.kind == "source":

@@ -61,6 +61,15 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     return kept.select(*cols).unionByName(live)
 
 
+def is_plain(catalog: Catalog, name: str, schema: Schema, epoch: int) -> bool:
+    """Whether the snapshot at `epoch` is its files' rows as they are (append-only, or no log after
+    the base): reading it again is a plain Parquet scan, with no per-key overlay to compute."""
+    if schema.append_only:
+        return True
+    base = catalog.base_at(name, epoch)
+    return not catalog.log_files(name, base.epoch if base else 0, epoch)
+
+
 def _in_range(df: DataFrame, vnodes: tuple[int, int] | None) -> DataFrame:
     if vnodes is None:
         return df

@@ -68,5 +68,9 @@ class Store:
         self.check_retained(rel, epoch)
         return df
 
+    def plain_snapshot(self, rel: Relation, epoch: int) -> bool:
+        """Whether `snapshot(rel, epoch)` is a plain Parquet scan (`snapshot.is_plain`)."""
+        return snap.is_plain(self.catalog, rel.name, rel.schema, epoch)
+
     def visible(self, rel: Relation, epoch: int) -> DataFrame:
         return self.snapshot(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])

@@ -101,6 +101,10 @@ class Aggregate(Operator):
                          group=list(d.get("group", [])), aggs=[Agg.from_json(a) for a in d.get("aggs", [])],
                          scalar=d.get("scalar", False), append_only=d.get("append_only", False))
 
+    def prune(self, needed: set[str]) -> None:
+        """Every group column and aggregate stays (the partials state holds them all)."""
+        self.input.prune(set(self.group) | {a.arg for a in self.aggs if a.arg})
+
     # --- state ---------------------------------------------------------------------------------
     @property
     def partials_state(self) -> str:
@@ -327,10 +331,8 @@ class Aggregate(Operator):
     def partial_batch(self, io: SnapshotIO) -> DataFrame:
         """The partials per group of the input's rows (persisted: they are the partials state's rows
         and the output's source), with the value counts put in `io.state_rows` too. The input is
-        persisted only if it feeds value counts as well (q5's hop windows are 5x their input)."""
-        child = self.input.batch(io)
-        if self.value_args():  # the input feeds the value counts too: evaluated once for both
-            child = io.shared(child)
+        evaluated once for both only if it feeds value counts (q5's hop windows are 5x their input)."""
+        child = io.once(self.input) if self.value_args() else self.input.batch(io)
         parts: list[SparkColumn] = [F.count(F.lit(1)).alias("_count")]
         for i, a in enumerate(self.aggs):
             if a.fn == "count_star":

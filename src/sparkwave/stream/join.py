@@ -10,7 +10,7 @@ they pass through NULL-padded on a preserved side and are not stored. (The plann
 side's join key to NULL on rows that fail the ON clause's conditions on that side.)
 
 From a snapshot, each side's frame is both its state table's rows and the join's input, so it is
-persisted and evaluated once."""
+evaluated once (`SnapshotIO.once`)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,12 @@ class Join(Operator):
         return Join(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
                     join_type=d["join_type"], left_keys=list(d.get("left_keys", [])),
                     right_keys=list(d.get("right_keys", [])))
+
+    def prune(self, needed: set[str]) -> None:
+        keep = needed | set(self.key)
+        self.left.prune({n for n in self.left.names if n in keep} | set(self.left_keys))
+        self.right.prune({n for n in self.right.names if n in keep} | set(self.right_keys))
+        self.columns = self.left.columns + self.right.columns
 
     # --- state ---------------------------------------------------------------------------------
     @property
@@ -147,7 +153,7 @@ class Join(Operator):
         is neither evaluated nor written again."""
         if state in io.sides:
             return io.sides[state]
-        rows = io.shared(side.batch(io))
+        rows = io.once(side)
         io.state_rows[state] = _matchable(rows, keys)
         return rows
 

@@ -14,7 +14,17 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkwave.core.zset import W
-from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, Operator, SnapshotIO, collect, exprs_json, select_items
+from sparkwave.stream.operator import (
+    VNODE,
+    WEIGHT,
+    EpochIO,
+    Operator,
+    SnapshotIO,
+    collect,
+    exprs_json,
+    references,
+    select_items,
+)
 
 
 @dataclass(kw_only=True)
@@ -37,6 +47,12 @@ class Project(Operator):
         (child,) = inputs
         return Project(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
                        exprs=[(n, e) for n, e in d.get("exprs", [])], predicate=d.get("predicate"))
+
+    def prune(self, needed: set[str]) -> None:
+        keep = needed | set(self.key)
+        self.exprs = [(n, e) for n, e in self.exprs if n in keep]
+        self.columns = [(n, t) for n, t in self.columns if n in keep]
+        self.input.prune(references(self.predicate, *[e for _, e in self.exprs]))
 
     @property
     def is_rename(self) -> bool:

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op
 from sparkwave.core.zset import W
-from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, exprs_json, select_items
+from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, exprs_json, references, select_items
 
 _WEIGHT = f"CAST(CASE WHEN _op IN ({int(Op.INSERT)}, {int(Op.UPDATE_INSERT)}) THEN 1 ELSE -1 END AS BIGINT) AS {W}"
 
@@ -74,6 +74,11 @@ class Scan(Operator):
         return Scan(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), relation=d["relation"],
                     exprs=[(n, e) for n, e in d.get("exprs", [])],
                     window=Window.from_json(d["window"]) if d.get("window") else None, predicate=d.get("predicate"))
+
+    def prune(self, needed: set[str]) -> None:
+        keep = needed | set(self.key) | references(self.predicate)
+        self.exprs = [(n, e) for n, e in self.exprs if n in keep]
+        self.columns = [(n, t) for n, t in self.columns if n in keep]
 
     def select(self, rows: DataFrame, extra: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame:
         """The window, the expressions (with the select items `extra`, and the key's `_vnode`) and the
