@@ -36,15 +36,23 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode 
 STATE_ROW_GROUP_ROWS = 512
 
 
+def leading_column(rel: Relation) -> str:
+    """The column a base file's lookups prune its row groups by: a state table's first key column
+    (its rows all carry vnode 0), any other relation's `_vnode`."""
+    return rel.schema.key[0] if rel.kind == "state" else "_vnode"
+
+
 def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
                      sort: bool = True, cluster: bool = True, lookups: bool = True) -> tuple[list[str], list[int]]:
     """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
     folder, so that a crash leaves either no file or whole files. The files are not part of any
-    base until committed. With `sort`, each file is sorted by (vnode, key), and with `cluster` the
-    files cover disjoint vnode ranges (a range partitioning: a sampling job and a shuffle). A
-    stateless backfill chunk skips both: its rows span a few vnodes only, and arrive almost in
-    (vnode, key) order from the sorted upstream. A stateful one sorts without clustering: its files
-    overlap, which lookups (by each file's row-group ranges) do not mind.
+    base until committed. With `sort` and `cluster` (compaction), the files cover disjoint vnode
+    ranges (a range partitioning: a sampling job and a shuffle), each sorted by (vnode, key). A
+    stateless backfill chunk does neither: its rows span a few vnodes only, and arrive almost in
+    (vnode, key) order from the sorted upstream. A stateful one (`sort` alone) sorts each file by
+    its leading lookup column only (`leading_column`): lookups prune row groups by that column's
+    ranges, the files may overlap, and a single sort column lets Spark radix-sort on its prefix
+    (1.7M rows: 0.25 s against 0.67 s by the whole key); compaction later sorts by the whole key.
     A state table's files have small row groups for point lookups, unless `lookups` is off (files
     only ever scanned whole: a chunked backfill's partials)."""
     stored = rt.stored(rel)
@@ -54,11 +62,15 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
     out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
     if sort and cluster:
         out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
-    if sort:
         out = out.sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
+    elif sort:
+        out = out.sortWithinPartitions(f"`{leading_column(rel)}`")
     writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
     if rel.kind == "state" and lookups:
-        writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS)
+        # No dictionaries: in a row group this small they rarely pay for themselves (1.7M rows of
+        # q7's bid side: the same 38 MB, written in 0.97 s against 1.20 s).
+        writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS) \
+            .option("parquet.enable.dictionary", "false")
     writer.parquet(str(staging))
     files, rows = [], []
     for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
