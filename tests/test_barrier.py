@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sparkwave import PipelineError
+from sparkwave.core.errors import CatalogError
 from sparkwave.storage.table import StoredTable
 from tests.oracle import rows_of
 
@@ -54,3 +55,37 @@ def test_an_epoch_that_keeps_failing_is_reported_and_nothing_is_lost(pipeline, m
     pipeline.sql("INSERT INTO t VALUES (2, 20)")
     pipeline.flush()
     assert sorted(rows_of(pipeline.table("m"))) == [(1, 10), (2, 20)]
+
+
+def test_a_materialized_view_that_keeps_failing_is_taken_out_and_the_others_go_on(session):
+    """An MV whose epoch fails `MAX_ATTEMPTS` times in a row leaves the main graph with what depends
+    on it; the other relations commit that epoch and the next ones, and the stopped MVs say why."""
+    s = session
+    s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k)); "
+          "CREATE MATERIALIZED VIEW good AS SELECT k, v FROM t; "
+          "CREATE MATERIALIZED VIEW bad AS SELECT k, CASE WHEN v < 100 THEN v ELSE raise_error('v too large') END "
+          "AS v FROM t; "
+          "CREATE MATERIALIZED VIEW below AS SELECT count(*) AS n FROM bad; "
+          "CREATE MATERIALIZED VIEW total AS SELECT sum(v) AS s FROM good")
+    s.sql("INSERT INTO t VALUES (1, 10)")
+    s.flush()
+    assert rows_of(s.table("bad")) == [(1, 10)] and rows_of(s.table("below")) == [(1,)]
+    s.sql("INSERT INTO t VALUES (2, 500)")  # fails `bad` on every attempt
+    s.flush()  # returns: the epoch committed without `bad` and `below`
+    assert sorted(rows_of(s.table("good"))) == [(1, 10), (2, 500)] and rows_of(s.table("total")) == [(510,)]
+    with pytest.raises(CatalogError, match=r"'bad' is stopped.*failed 3 times at epoch \d+: .*v too large"):
+        s.table("bad")
+    with pytest.raises(CatalogError, match=r"'below' is stopped.*with its upstream 'bad'"):
+        s.sql("SELECT n FROM below")
+    jobs = {r.name: r for r in s.sql("SHOW JOBS").collect()}
+    assert (jobs["bad"].phase, jobs["below"].phase, jobs["good"].phase) == ("failed", "failed", "created")
+    assert sorted(r[0] for r in rows_of(s.sql("SHOW MATERIALIZED VIEWS"))) == ["bad", "below", "good", "total"]
+    with pytest.raises(CatalogError, match="'bad' is stopped"):
+        s.sql("CREATE MATERIALIZED VIEW over_bad AS SELECT k FROM bad")
+    s.sql("INSERT INTO t VALUES (3, 5)")
+    assert s.flush() > 0 and rows_of(s.table("total")) == [(515,)]
+    s.sql("DROP MATERIALIZED VIEW below; DROP MATERIALIZED VIEW bad; "
+          "CREATE MATERIALIZED VIEW bad AS SELECT k, v < 100 AS small FROM t")
+    s.sql("INSERT INTO t VALUES (4, 1)")
+    s.flush()
+    assert sorted(rows_of(s.table("bad"))) == [(1, True), (2, False), (3, True), (4, True)]

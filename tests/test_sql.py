@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from pyspark.sql import DataFrame
 
+from sparkwave.core.errors import CatalogError
 from tests.oracle import rows_of
 
 
@@ -31,6 +33,8 @@ def test_show_describe_drop_and_select(session):
     assert isinstance(result, DataFrame) and rows_of(result) == [("a", 35.0)]
     session.sql("DROP MATERIALIZED VIEW mm; DROP MATERIALIZED VIEW IF EXISTS nope")
     assert not (session.warehouse.relation_dir("mm")).exists()
+    with pytest.raises(CatalogError, match="'mm'"):  # not a stale view over the deleted files
+        session.sql("SELECT g FROM mm")
     session.sql("CREATE MATERIALIZED VIEW mm AS SELECT g FROM m WHERE v10 > 20")
     assert rows_of(session.table("mm")) == [("a",)]
     session.sql("DROP MATERIALIZED VIEW mm; DROP MATERIALIZED VIEW m; DROP TABLE t")

@@ -152,3 +152,65 @@ def test_outer_join_on_conditions_on_one_side(session):
         check(s, model, epoch(s, model, batch), mvs)
     with pytest.raises(SqlError, match=r"t\.v > d\.x"):
         s.sql("CREATE MATERIALIZED VIEW both_sides AS SELECT d.g FROM d LEFT JOIN t ON t.g = d.g AND t.v > d.x")
+
+
+def test_self_joins_pairing_one_column_with_two(session):
+    """A column equal to two columns of the other side (`t2.src = t3.dst AND t3.dst = t1.dst`) is one
+    join key and an equality within the other side: an epoch crashed on the key column given twice."""
+    s, model = session, Model()
+    setup(s, model, [("e", "id INTEGER, src INTEGER, dst INTEGER", ["id"]), ("n", "k INTEGER, a INTEGER", ["k"])])
+    epoch(s, model, [("insert", "e", [(1, 1, 2), (2, 2, 3), (3, 3, 1), (4, 2, 2), (5, 1, 1), (6, 3, 2)]),
+                     ("insert", "n", [(1, 1), (2, 2), (3, 1)])])
+    mvs = {"paths": "SELECT t1.id AS a, t2.id AS b, t3.id AS c FROM e t1, e t2, e t3 "
+                    "WHERE t1.dst = t2.src AND t2.src = t3.dst AND t3.dst = t1.dst",
+           "triangle": "SELECT t1.src AS x, t2.src AS y, t3.src AS z FROM e t1, e t2, e t3 "
+                       "WHERE t1.dst = t2.src AND t2.dst = t3.src AND t3.dst = t1.src",
+           "twice_left": "SELECT e.id, n.k FROM e LEFT JOIN n ON e.src = n.k AND e.dst = n.k",
+           "twice_right": "SELECT e.id, n.k, m.k AS mk FROM e JOIN n ON e.src = n.k "
+                          "LEFT JOIN n AS m ON m.k = e.src AND m.a = e.src AND e.dst = m.a"}
+    create(s, model, mvs)
+    for batch in ([("insert", "e", [(7, 2, 1), (8, 1, 3)]), ("update", "n", {"a": "2"}, "k = 1")],
+                  [("update", "e", {"dst": "src"}, "id <= 3"), ("delete", "n", "k = 2")],
+                  [("delete", "e", "src = 1"), ("insert", "n", [(2, 2)])]):
+        check(s, model, epoch(s, model, batch), mvs)
+
+
+def test_numeric_cast_keeps_the_value_scale(session):
+    """`::numeric` is PostgreSQL's numeric of the value (Spark's bare DECIMAL is DECIMAL(10, 0)): it
+    kept no fraction, and NULL for 11 integer digits."""
+    s = session
+    s.sql("CREATE TABLE nums (id INTEGER PRIMARY KEY, g INTEGER, x DOUBLE, n INTEGER, d DECIMAL(6, 3))")
+    s.sql("INSERT INTO nums VALUES (1, 1, 1.125, 7, 1.500), (2, 1, 2.5, 8, 2.250), (3, 2, 0.333, 9, NULL)")
+    s.flush()
+    s.sql("CREATE MATERIALIZED VIEW rounded AS SELECT g, ROUND(SUM(x)::NUMERIC, 2) AS sx, SUM(n)::NUMERIC AS sn, "
+          "SUM(d)::NUMERIC AS sd, 12345678901.5::numeric AS big, MAX(x)::numeric AS mx FROM nums GROUP BY g")
+    want = {(1, Decimal("3.63"), Decimal(15), Decimal("3.750"), Decimal("12345678901.5"), Decimal("2.5")),
+            (2, Decimal("0.33"), Decimal(9), None, Decimal("12345678901.5"), Decimal("0.333"))}
+    assert multiset(rows_of(s.table("rounded"))) == multiset(want)
+    s.sql("UPDATE nums SET x = x * 100 WHERE g = 2")
+    s.flush()
+    assert rows_of(s.table("rounded").where("g = 2").select("sx", "mx")) == [(Decimal("33.30"), Decimal("33.3"))]
+
+
+def test_to_char_reads_postgresql_patterns(session):
+    """PostgreSQL's `to_char` patterns, not Java's: `HH` is 12-hour, `MI` minutes, `Month` blank-padded
+    to 9, `FM` without padding, `"..."` literal (each expected value as PostgreSQL 18 prints it)."""
+    s = session
+    s.sql("CREATE TABLE ev (id INTEGER PRIMARY KEY, ts TIMESTAMP, x DECIMAL(8, 2))")
+    s.sql("INSERT INTO ev VALUES (1, TIMESTAMP '2024-03-05 14:07:09.25', 1234.5), (2, TIMESTAMP '2024-12-31 00:30:00', "
+          "-7), (3, NULL, NULL)")
+    s.flush()
+    patterns = {"hm": "HH:MI", "h24": "HH24:MI:SS", "h12": "HH12 AM", "fm": "FMHH:MI am", "day": "YYYY-MM-DD",
+                "month": "Month DD", "fmmonth": "FMMonth FMDD, YYYY", "dy": "Dy DY dy Mon MON",
+                "quoted": '"at" HH24"h"', "ms": "SS.MS", "dow": "D ID Q DDD", "lower": "hh24:mi yyyy"}
+    cols = ", ".join(f"to_char(ts, '{p}') AS {n}" for n, p in patterns.items())
+    s.sql(f"CREATE MATERIALIZED VIEW chars AS SELECT id, {cols}, to_char(x, 'FM9990.00') AS num, "
+          "to_char(x, '9990.00') AS padded FROM ev")
+    got = {r["id"]: r.asDict() for r in s.table("chars").collect()}
+    assert got[1] == {"id": 1, "hm": "02:07", "h24": "14:07:09", "h12": "02 PM", "fm": "2:07 pm",
+                      "day": "2024-03-05", "month": "March     05", "fmmonth": "March 5, 2024",
+                      "dy": "Tue TUE tue Mar MAR", "quoted": "at 14h", "ms": "09.250", "dow": "3 2 1 065",
+                      "lower": "14:07 2024", "num": "1234.50", "padded": " 1234.50"}
+    assert (got[2]["hm"], got[2]["h12"], got[2]["fm"], got[2]["dow"], got[2]["num"], got[2]["padded"]) == \
+        ("12:30", "12 AM", "12:30 am", "3 2 4 366", "-7.00", "   -7.00")
+    assert set(got[3].values()) == {3, None}

@@ -107,7 +107,7 @@ class Relation:
     schema: Schema
     definition: dict[str, Any]
     created_epoch: int
-    state: str = "created"  # 'creating' while its job backfills, outside the main graph
+    state: str = "created"  # 'creating' while its job backfills, 'failed' once isolated: outside the main graph
 
     @property
     def upstreams(self) -> list[str]:
@@ -305,6 +305,15 @@ class Catalog:
                          (rel.name, strategy, phase, upstream, rel.created_epoch, rel.created_epoch, time.time(),
                           time.time() if phase is Phase.CREATED else None))
         return int(cur.lastrowid or 0)
+
+    def fail_relations(self, reasons: dict[str, str]) -> None:
+        """Take MVs out of the main graph for good, each with the reason its job shows (state
+        'failed': they keep their rows and state as of their last committed epoch until dropped)."""
+        with self.transaction() as db:
+            for name, reason in reasons.items():
+                db.execute("UPDATE relations SET state = 'failed' WHERE name = ? OR (kind = 'state' AND "
+                           "json_extract(definition, '$.owner') = ?)", (name, name))
+                db.execute("UPDATE jobs SET error = ? WHERE relation = ?", (reason, name))
 
     def set_definition(self, name: str, definition: dict[str, Any]) -> None:
         with self.transaction() as db:

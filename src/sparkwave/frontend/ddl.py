@@ -147,6 +147,9 @@ class Ddl:
         plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
         for u in plan.upstreams:
             upstream = self.rt.relation(u)
+            if upstream.state == "failed":
+                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is stopped, out of the pipeline (SHOW "
+                                   f"JOBS says why); DROP and create it again first (at {stmt.where(u)})")
             if upstream.state != "created":
                 job = self.catalog.job_of(u)
                 raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is itself still being created "

@@ -10,7 +10,7 @@ stay, NULL-padded); one on both sides (inner joins only) is evaluated after the 
 join that could NULL-pad its columns. Predicates on one scanned relation are pushed into its scan
 where no outer join can NULL-pad it.
 
-Expressions keep PostgreSQL's semantics where Spark's differ: `/` between two integers truncates
+Expressions keep PostgreSQL's semantics where Spark's differ (`frontend/postgres.py`): `/` between integers truncates
 toward zero, and a decimal `sum` or `avg` accumulates exactly (see `_decimal_parts`).
 
 The MV's key derives from its upstreams': the key of the tree's root (a scan's upstream key, a
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import ByteType, IntegerType, IntegralType, LongType, ShortType
 from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
+from sparkwave.frontend.postgres import to_spark
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
 from sparkwave.stream.aggregate import Agg, Aggregate, sum_type
@@ -43,7 +43,6 @@ from sparkwave.stream.scan import Scan, Window
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 _JOIN_TYPES: dict[str, JoinType] = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
-_INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
 _UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
                  "day": 86400, "days": 86400}
 
@@ -144,13 +143,28 @@ class Planner:
             if from_where:  # implicit join: its equalities come from WHERE
                 conds = [c for c in where if self._links(c, items, right)]
                 where = [c for c in where if c not in conds]
-            lk, rk, on_left, on_right, both = [], [], [], [], []
+            lk: list[str] = []
+            rk: list[str] = []
+            on_left: list[exp.Expr] = []
+            on_right: list[exp.Expr] = []
+            both: list[exp.Expr] = []
+            key_cols: dict[str, exp.Column] = {}  # a key's internal name -> the column the user wrote
             for c in conds:
                 pair = self._key_pair(c, items, right)
                 owners = self._owners(c, [*items, right])
                 if pair:
-                    lk.append(pair[0])
-                    rk.append(pair[1])
+                    (a, a_col), (b, b_col) = pair
+                    # A column paired twice (`t1.x = t3.y AND t2.z = t3.y`) is one key and a
+                    # condition on the other side (`t1.x = t2.z`): no key column appears twice.
+                    if b in rk:
+                        if (partner := lk[rk.index(b)]) != a:
+                            on_left.append(exp.EQ(this=key_cols[partner].copy(), expression=a_col.copy()))
+                    elif a in lk:
+                        on_right.append(exp.EQ(this=key_cols[rk[lk.index(a)]].copy(), expression=b_col.copy()))
+                    else:
+                        lk.append(a)
+                        rk.append(b)
+                        key_cols[a], key_cols[b] = a_col, b_col
                 elif owners and len(items) not in owners:
                     on_left.append(c)
                 elif owners == {len(items)}:
@@ -337,27 +351,8 @@ class Planner:
         return self.spark_sql(e.copy().transform(swap), [c for it in items for c in it.node.columns])
 
     def spark_sql(self, e: exp.Expr, columns: list[tuple[str, str]]) -> str:
-        """`e`, over the internal `columns` (name, type), in Spark SQL with PostgreSQL's integer
-        division: `/` between two integers truncates toward zero (Spark's `DIV`, NULL for a zero
-        divisor), typed as the wider operand (NULL if the quotient does not fit, as -2^31 / -1)."""
-        divs = list(e.find_all(exp.Div, bfs=False))
-        frame = self.spark.createDataFrame([], _ddl(columns)) if divs else None
-        for d in reversed(divs):  # innermost first: an outer division sees its operands' new types
-            assert frame is not None
-            try:
-                lt, rt = (f.dataType for f in frame.selectExpr(d.left.sql(dialect="spark"),
-                                                               d.right.sql(dialect="spark")).schema.fields)
-            except AnalysisException:
-                continue  # the whole expression's analysis reports it, naming the query
-            if isinstance(lt, IntegralType) and isinstance(rt, IntegralType):
-                wide = max(lt, rt, key=lambda t: _INTEGRAL.index(type(t)))
-                quotient = exp.TryCast(this=exp.IntDiv(this=d.left, expression=d.right),
-                                       to=exp.DataType.build(wide.simpleString(), dialect="spark"), safe=True)
-                if d is e:
-                    e = quotient
-                else:
-                    d.replace(quotient)
-        return e.sql(dialect="spark")
+        """`e`, over the internal `columns` (name, type), in Spark SQL with PostgreSQL's meaning."""
+        return to_spark(e, columns, self.spark)
 
     def internal(self, col: exp.Column, items: list[_Item], where: str) -> str:
         name = col.name.lower()
@@ -397,13 +392,16 @@ class Planner:
     def _links(self, c: exp.Expr, left: list[_Item], right: _Item) -> bool:
         return self._key_pair(c, left, right) is not None
 
-    def _key_pair(self, c: exp.Expr, left: list[_Item], right: _Item) -> tuple[str, str] | None:
+    def _key_pair(self, c: exp.Expr, left: list[_Item], right: _Item
+                  ) -> tuple[tuple[str, exp.Column], tuple[str, exp.Column]] | None:
+        """An equality between a column of the left items and one of `right`: each side's internal
+        name and the column as written."""
         if not isinstance(c, exp.EQ) or not isinstance(c.this, exp.Column) or not isinstance(c.expression, exp.Column):
             return None
         for a, b in ((c.this, c.expression), (c.expression, c.this)):
             if self._owners(a, left) and not self._owners(a, [right]) and self._owners(b, [right]) \
                     and not self._owners(b, left):
-                return self.internal(a, left, "ON"), self.internal(b, [right], "ON")
+                return (self.internal(a, left, "ON"), a), (self.internal(b, [right], "ON"), b)
         return None
 
     # --- join conditions -----------------------------------------------------------------------

@@ -193,6 +193,11 @@ class Session:
             raise CatalogError(f"{name!r} is a source: it stores nothing to read; create a materialized view "
                                f"over it (CREATE MATERIALIZED VIEW ... AS SELECT ... FROM {name}), or make it a "
                                "TABLE to store what it reads")
+        if rel.state == "failed":
+            job = self.catalog.job_of(name)
+            raise CatalogError(f"materialized view {name!r} is stopped, out of the pipeline: "
+                               f"{job.error if job else 'it failed'}; DROP MATERIALIZED VIEW {name} and create it "
+                               "again (its rows are no longer kept up to date)")
         if rel.state != "created":
             job = self.catalog.job_of(name)
             raise CatalogError(f"materialized view {name!r} is still being created (job {job.id if job else '?'}); "

@@ -22,8 +22,9 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
         return rt.spark.createDataFrame([(r.name,) for r in rels if r.kind == "table"], "name string")
     if what == "MATERIALIZED VIEWS":
         sinks = {s.name for s in rt.catalog.sinks()}  # an MV holding a sink's query is shown while the sink is
-        return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in rels
-                                         if r.kind == "mv" and r.definition.get("sink") not in sinks],
+        mvs = [r for r in rt.catalog.relations(creating=True) if r.kind == "mv" and r.state != "creating"]
+        return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in mvs
+                                         if r.definition.get("sink") not in sinks],
                                         "name string, definition string")
     if what == "SOURCES":
         return _sources(rt)

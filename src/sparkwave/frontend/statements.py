@@ -15,9 +15,8 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sparkwave.core.errors import SqlError
+from sparkwave.frontend.postgres import DIALECT
 from sparkwave.meta.settings import SPECS, rate_limit
-
-DIALECT = "postgres"
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sparkwave.barrier")
 MAIN_POOL = "main"  # the Spark scheduler pool of the main graph; creating jobs run in "backfill"
-MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many times in a row
+MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many times in a row; an
+# MV that failed it this many times in a row is taken out of the main graph (`_isolate`)
 # Bad records kept (with their payload) per relation per epoch; all are counted. A schema that fits
 # no message must not pour a whole epoch's payloads into the catalog's commit.
 MAX_BAD_RECORDS_KEPT = 1000
 EXECUTE_THREADS = 4  # relations of one epoch executed at once (those whose upstreams are done)
+
+
+class RelationFailed(PipelineError):
+    """An epoch failed at one relation's execution (not at a commit)."""
+
+    def __init__(self, message: str, relation: str, kind: str, epoch: int, cause: str) -> None:
+        super().__init__(message)
+        self.relation, self.kind, self.epoch, self.cause = relation, kind, epoch, cause
 
 
 @dataclass
@@ -105,6 +114,7 @@ class BarrierLoop:
         self.on_epoch = on_epoch
         self.error: BaseException | None = None
         self.failures = 0  # consecutive failed attempts; retried with backoff
+        self._failing: dict[str, int] = {}  # MV -> consecutive attempts that failed at it
         self.error_at = 0.0
         self._wake = threading.Condition()
         self._committed = threading.Condition()
@@ -191,12 +201,53 @@ class BarrierLoop:
                 held = report is None
                 again = report is not None and report.replayed
                 self.failures, self.error = 0, None
+                self._failing.clear()
             except Exception as e:  # the loop survives; an epoch that keeps failing is reported to waiters
                 log.exception("epoch failed (attempt %d)", self.failures + 1)
-                self.failures += 1
-                self.error, self.error_at = e, time.time()
-                with self._committed:
-                    self._committed.notify_all()
+                again = self._failed(e)
+
+    def _failed(self, e: Exception) -> bool:
+        """Count a failed attempt. An MV that failed `MAX_ATTEMPTS` in a row is isolated and the
+        epoch retried at once without it (True); otherwise the loop backs off, and `flush()`
+        reports the error once it persists."""
+        if isinstance(e, RelationFailed) and e.kind == "mv":
+            self._failing[e.relation] = self._failing.get(e.relation, 0) + 1
+            if self._failing[e.relation] >= MAX_ATTEMPTS:
+                self._isolate(e)
+                self._failing.clear()
+                self.failures, self.error = 0, None
+                return True
+        self.failures += 1
+        self.error, self.error_at = e, time.time()
+        with self._committed:
+            self._committed.notify_all()
+        return False
+
+    def _isolate(self, e: RelationFailed) -> None:
+        """Take the failing MV and every relation downstream of it out of the main graph, so that
+        the others go on committing (RisingWave stops the world; a user here drops or replaces
+        one MV). Each keeps its rows as of its last committed epoch and says why it stopped; reads
+        refuse it until it is dropped. A creating job over one of them is cancelled: its upstream's
+        log ends."""
+        rels = self.rt.catalog.relations(creating=True)
+        stopped, grew = {e.relation}, True
+        while grew:
+            more = {r.name for r in rels if r.name not in stopped and stopped & set(r.upstreams)}
+            stopped |= more
+            grew = bool(more)
+        reason = {e.relation: f"failed {MAX_ATTEMPTS} times at epoch {e.epoch}: {e.cause}"}
+        created = [r.name for r in rels if r.name in stopped and r.state == "created"]
+        with self.locks.epoch:
+            self.rt.catalog.fail_relations(
+                {n: reason.get(n, f"stopped with its upstream {e.relation!r}, which failed at epoch {e.epoch}: "
+                                  f"{e.cause}") for n in created})
+        log.error("materialized view %r failed %d times at epoch %d and is taken out of the pipeline (with %s): %s; "
+                  "DROP it, then create it again", e.relation, MAX_ATTEMPTS, e.epoch,
+                  ", ".join(sorted(stopped - {e.relation})) or "nothing downstream", e.cause)
+        for r in rels:
+            if r.name in stopped and r.state == "creating" and self.jobs is not None \
+                    and (job := self.rt.catalog.job_of(r.name)) is not None:
+                self.jobs.cancel(job.id, wait=False)
 
     def flush(self) -> int:
         """Return once an epoch that read its input after this call began has committed (so it holds
@@ -228,7 +279,7 @@ class BarrierLoop:
             report = self.run_epoch()
         except Exception as e:
             log.error("the pending epoch failed on recovery; it is retried in the background: %s", e)
-            self.failures, self.error, self.error_at = 1, e, time.time()
+            self._failed(e)
             return None
         return report.epoch if report else None
 
@@ -364,10 +415,12 @@ class BarrierLoop:
             chunk = self._execute(rel, e, dml)
         except Exception as err:
             what = {"mv": "materialized view", "source": "source"}.get(rel.kind, "table")
-            raise PipelineError(f"epoch {e.epoch} failed at {what} {rel.name!r}: "
-                                f"{(str(err).strip().splitlines() or [type(err).__name__])[0][:300]}; "
-                                f"if it keeps failing, DROP {what.upper()} {rel.name} lets the pipeline "
-                                "go on") from err
+            cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            hint = (f"after {MAX_ATTEMPTS} failed attempts it is taken out of the pipeline, which goes on"
+                    if rel.kind == "mv" else f"if it keeps failing, DROP {what.upper()} {rel.name} lets the "
+                    "pipeline go on")
+            raise RelationFailed(f"epoch {e.epoch} failed at {what} {rel.name!r}: {cause}; {hint}",
+                                 rel.name, rel.kind, e.epoch, cause) from err
         return chunk, (time.time() - t0) * 1000
 
     def _commit_log(self, name: str, epoch: int) -> tuple[str, int, int]:

@@ -3,6 +3,7 @@ catalog alone, so another process (`sparkwave jobs --watch`) sees the same as th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class JobInfo:
     name: str
     kind: str  # 'table' | 'source' | 'materialized view'
     strategy: str  # 'snapshot' | 'blocking' | '-' (tables)
-    phase: str  # 'snapshot' | 'log store' | 'merging' | 'created'
+    phase: str  # 'snapshot' | 'log store' | 'merging' | 'created' | 'failed' (out of the pipeline)
     rows_done: int  # snapshot rows read
     rows_total: int
     percent: float
@@ -68,7 +69,7 @@ class JobInfo:
 
     @property
     def creating(self) -> bool:
-        return self.phase != "created"
+        return self.phase not in ("created", "failed")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def sink_infos(catalog: Catalog, now: float | None = None) -> list[SinkInfo]:
 def job_infos(catalog: Catalog, now: float | None = None) -> list[JobInfo]:
     now = time.time() if now is None else now
     rels = {r.name: (r.kind, r.created_epoch) for r in catalog.relations(creating=True)}
+    failed = {r.name for r in catalog.relations(creating=True) if r.state == "failed"}
     rels.update({s.name: ("sink", 0) for s in catalog.sinks()})
     out = []
     for job in catalog.jobs():
@@ -126,7 +128,8 @@ def job_infos(catalog: Catalog, now: float | None = None) -> list[JobInfo]:
         if rel is None:
             continue
         kind, created = rel
-        out.append(_info(catalog, job, kind, created if kind != "sink" else job.snapshot_epoch or 0, now))
+        info = _info(catalog, job, kind, created if kind != "sink" else job.snapshot_epoch or 0, now)
+        out.append(dataclasses.replace(info, phase="failed") if job.relation in failed else info)
     return out
 
 

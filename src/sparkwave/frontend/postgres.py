@@ -1,0 +1,258 @@
+"""PostgreSQL's semantics on Spark SQL, decided in one place: the dialect statements are parsed in,
+and the translation of a parsed expression to Spark SQL wherever the two differ (the README's SQL
+section has the table):
+
+- `/` between two integers truncates toward zero (Spark's `DIV`), typed as the wider operand;
+- `::numeric` without a precision keeps the value's scale (Spark's bare `DECIMAL` is
+  `DECIMAL(10, 0)`): an integer becomes `DECIMAL(38, 0)`, a decimal keeps its type, a float
+  its 15 significant digits (a real: 6) as `DECIMAL(38, 15)`, as does a string;
+- `to_char(timestamp, pattern)` reads PostgreSQL's patterns (`HH` is 12-hour, `MI` minutes,
+  `Month` blank-padded, `FM` drops padding, `"text"` literal), not Java's; `to_char(number,
+  pattern)` prints PostgreSQL's sign.
+
+A cast that overflows, like a division by zero, is NULL rather than an error: an epoch does not
+fail for one bad value (RisingWave's streaming behaviour)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    NumericType,
+    ShortType,
+    TimestampNTZType,
+    TimestampType,
+)
+from pyspark.sql.utils import AnalysisException
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+
+from sparkwave.core.errors import SqlError
+
+_INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
+NUMERIC_SCALE = 15  # of a float or text cast to numeric: PostgreSQL's float8 has 15 significant digits
+
+
+class Sparkwave(Postgres):
+    """PostgreSQL as sqlglot reads it, except `to_char`, kept as written: sqlglot rewrites its
+    pattern into strftime's at parse time, and loses PostgreSQL's meaning (`HH`, `FM`, ...)."""
+
+    class Parser(Postgres.Parser):  # type: ignore[valid-type,misc]
+        FUNCTIONS = {**Postgres.Parser.FUNCTIONS,
+                     "TO_CHAR": lambda args: exp.Anonymous(this="TO_CHAR", expressions=args)}
+
+
+DIALECT = "sparkwave"  # the name sqlglot registers `Sparkwave` under
+
+
+def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -> str:
+    """`e`, over the internal `columns` (name, Spark type), in Spark SQL with PostgreSQL's meaning.
+    Innermost first: an outer node sees its operands' translated types."""
+    types = _Types(spark, columns)
+    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, bfs=False))):
+        new = _translate(node, types)
+        if new is not None:
+            if node is e:
+                e = new
+            else:
+                node.replace(new)
+    return e.sql(dialect="spark")
+
+
+class _Types:
+    """Spark's type of an expression over the columns (an empty frame, made on first use)."""
+
+    def __init__(self, spark: SparkSession, columns: list[tuple[str, str]]) -> None:
+        self._make = lambda: spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in columns) or "_ int")
+        self._frame: DataFrame | None = None
+
+    def of(self, e: exp.Expr) -> DataType | None:
+        if self._frame is None:
+            self._frame = self._make()
+        try:
+            return self._frame.selectExpr(e.sql(dialect="spark")).schema.fields[0].dataType
+        except AnalysisException:
+            return None  # the whole expression's analysis reports it, naming the query
+
+
+def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
+    if isinstance(node, exp.Div):
+        lt, rt = types.of(node.left), types.of(node.right)
+        if isinstance(lt, IntegralType) and isinstance(rt, IntegralType):
+            wide = max(lt, rt, key=lambda t: _INTEGRAL.index(type(t)))
+            return exp.TryCast(this=exp.IntDiv(this=node.left, expression=node.right),
+                               to=exp.DataType.build(wide.simpleString(), dialect="spark"), safe=True)
+    elif isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL and not node.to.expressions:
+        t = types.of(node.this)
+        if isinstance(t, DecimalType):
+            return node.this
+        if isinstance(t, IntegralType):
+            return node.__class__(this=node.this, to=exp.DataType.build("DECIMAL(38, 0)"))
+        return node.__class__(this=_float_text(node.this, t), to=exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
+    elif isinstance(node, exp.Anonymous) and node.name.upper() == "TO_CHAR" and len(node.expressions) == 2:
+        value, pattern = node.expressions
+        t = types.of(value)
+        if isinstance(t, TimestampType | TimestampNTZType | DateType) and isinstance(pattern, exp.Literal) \
+                and pattern.is_string:
+            return timestamp_to_char(value, pattern.this)
+        if isinstance(t, NumericType) and isinstance(pattern, exp.Literal) and pattern.is_string:
+            arg = value if isinstance(t, IntegralType | DecimalType) else \
+                exp.Cast(this=_float_text(value, t), to=exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
+            return number_to_char(arg, pattern.this)
+    return None
+
+
+def _float_text(value: exp.Expr, t: DataType | None) -> exp.Expr:
+    """A float as PostgreSQL converts it to numeric: its 15 (a real: 6) significant digits."""
+    if isinstance(t, DoubleType | FloatType):
+        digits = 6 if isinstance(t, FloatType) else 15
+        return _call("format_string", exp.Literal.string(f"%.{digits}g"), value)
+    return value
+
+
+def number_to_char(value: exp.Expr, pattern: str) -> exp.Expr:
+    """PostgreSQL's `to_char(number, pattern)`. Spark's reads the same digit patterns (9, 0, ., D,
+    ',', G) but prints no sign unless the pattern has one (S, MI, PR): PostgreSQL's is a `-` (a
+    blank if positive) just before the first digit, and `FM` trims the padding."""
+    fm = pattern.upper().startswith("FM")
+    body = pattern[2:] if fm else pattern
+    if any(sign in body.upper() for sign in ("S", "MI", "PR", "PL", "SG")):
+        spark = _call("to_char", value, exp.Literal.string(body))
+        return _call("trim", spark) if fm else spark
+    fraction = body.upper().replace("D", ".").partition(".")[2]
+    if fm and "9" in fraction:
+        raise SqlError(f"to_char(number, {pattern!r}): FM with 9 after the decimal point (trailing zeros "
+                       "dropped) is not supported; write 0 there to keep them, or round() the number")
+    digits = _call("to_char", _call("abs", value.copy()), exp.Literal.string(body))
+    negative = exp.LT(this=value.copy(), expression=exp.Literal.number(0))
+    if fm:
+        return _call("concat", exp.If(this=negative, true=exp.Literal.string("-"), false=exp.Literal.string("")),
+                     _call("trim", digits))
+    padding = exp.Sub(this=_call("length", digits.copy()), expression=_call("length", _call("ltrim", digits.copy())))
+    return _call("concat", _call("repeat", exp.Literal.string(" "), padding),
+                 exp.If(this=negative, true=exp.Literal.string("-"), false=exp.Literal.string(" ")),
+                 _call("ltrim", digits.copy()))
+
+
+def _call(fn: str, *args: exp.Expr) -> exp.Anonymous:
+    return exp.Anonymous(this=fn, expressions=list(args))
+
+
+def _fmt(v: exp.Expr, java: str) -> exp.Expr:
+    return _call("date_format", v.copy(), exp.Literal.string(java))
+
+
+def _pad(width: int) -> Callable[[exp.Expr], exp.Expr]:
+    return lambda e: _call("rpad", e, exp.Literal.number(width), exp.Literal.string(" "))
+
+
+def _ident(e: exp.Expr) -> exp.Expr:
+    return e
+
+
+def _upper(e: exp.Expr) -> exp.Expr:
+    return _call("upper", e)
+
+
+def _lower(e: exp.Expr) -> exp.Expr:
+    return _call("lower", e)
+
+
+# PostgreSQL's timestamp patterns, longest first: the Java pattern with padding, without (FM), or
+# a function of the value when no Java pattern has PostgreSQL's meaning.
+_JAVA: dict[str, tuple[str, str]] = {
+    "HH24": ("HH", "H"), "HH12": ("hh", "h"), "HH": ("hh", "h"), "MI": ("mm", "m"), "SS": ("ss", "s"),
+    "MS": ("SSS", "SSS"), "US": ("SSSSSS", "SSSSSS"), "YYYY": ("yyyy", "y"), "YY": ("yy", "yy"),
+    "MM": ("MM", "M"), "DDD": ("DDD", "D"), "DD": ("dd", "d"), "AM": ("a", "a"), "PM": ("a", "a"),
+    "TZ": ("z", "z"),
+}
+_NAMES: dict[str, tuple[str, int, Callable[[exp.Expr], exp.Expr]]] = {
+    # pattern -> (Java name pattern, PostgreSQL's blank-padded width, case)
+    "MONTH": ("MMMM", 9, _upper), "Month": ("MMMM", 9, _ident), "month": ("MMMM", 9, _lower),
+    "MON": ("MMM", 0, _upper), "Mon": ("MMM", 0, _ident), "mon": ("MMM", 0, _lower),
+    "DAY": ("EEEE", 9, _upper), "Day": ("EEEE", 9, _ident), "day": ("EEEE", 9, _lower),
+    "DY": ("EEE", 0, _upper), "Dy": ("EEE", 0, _ident), "dy": ("EEE", 0, _lower),
+    "am": ("a", 0, _lower), "pm": ("a", 0, _lower),
+}
+
+
+def _meridiem(am: str, pm: str) -> Callable[[exp.Expr], exp.Expr]:
+    return lambda v: exp.If(this=exp.LT(this=_call("hour", v.copy()), expression=exp.Literal.number(12)),
+                            true=exp.Literal.string(am), false=exp.Literal.string(pm))
+
+
+_FUNCTIONS: dict[str, Callable[[exp.Expr], exp.Expr]] = {
+    "A.M.": _meridiem("A.M.", "P.M."), "P.M.": _meridiem("A.M.", "P.M."),
+    "a.m.": _meridiem("a.m.", "p.m."), "p.m.": _meridiem("a.m.", "p.m."),
+    "ID": lambda v: exp.Add(this=_call("weekday", v.copy()), expression=exp.Literal.number(1)),
+    "D": lambda v: _call("dayofweek", v.copy()),
+    "Q": lambda v: _call("quarter", v.copy()),
+    "IW": lambda v: _call("lpad", _call("weekofyear", v.copy()), exp.Literal.number(2), exp.Literal.string("0")),
+}
+# Numeric patterns are read in either case, as PostgreSQL does.
+_JAVA |= {k.lower(): v for k, v in _JAVA.items() if k not in ("AM", "PM")}
+_FUNCTIONS |= {k.lower(): v for k, v in _FUNCTIONS.items() if "." not in k}
+_TOKENS = sorted([*_JAVA, *_NAMES, *_FUNCTIONS], key=len, reverse=True)
+
+
+def timestamp_to_char(value: exp.Expr, pattern: str) -> exp.Expr:
+    """PostgreSQL's `to_char(value, pattern)` for a timestamp or date, as a Spark expression: runs of
+    patterns Java formats alike become one `date_format`, the others their own functions, joined
+    by `concat` (NULL for a NULL value, as PostgreSQL's)."""
+    parts: list[exp.Expr] = []
+    java: list[str] = []  # the Java pattern being gathered
+    literal: list[str] = []
+
+    def flush_literal() -> None:
+        if literal:
+            java.append("'" + "".join(literal).replace("'", "''") + "'")
+            literal.clear()
+
+    def flush() -> None:
+        flush_literal()
+        if java:
+            parts.append(_fmt(value, "".join(java)))
+            java.clear()
+
+    i = 0
+    while i < len(pattern):
+        fm = pattern.startswith("FM", i) and i + 2 < len(pattern)
+        j = i + 2 if fm else i
+        if pattern[j] == '"':  # quoted text, as PostgreSQL: copied as it is
+            end = pattern.find('"', j + 1)
+            end = len(pattern) if end < 0 else end
+            literal.append(pattern[j + 1:end])
+            i = end + 1
+            continue
+        token = next((t for t in _TOKENS if pattern.startswith(t, j)), None)
+        if token is None:
+            literal.append(pattern[i])
+            i += 1
+            continue
+        i = j + len(token)
+        if token in _JAVA:
+            flush_literal()
+            java.append(_JAVA[token][1 if fm else 0])
+            continue
+        flush()
+        if token in _NAMES:
+            name, width, case = _NAMES[token]
+            part = _fmt(value, name)
+            parts.append(case(_pad(width)(part) if width and not fm else part))
+        else:
+            parts.append(_FUNCTIONS[token](value))
+    flush()
+    if not parts:
+        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Null(),
+                      false=exp.Literal.string(""))
+    return parts[0] if len(parts) == 1 else _call("concat", *parts)  # concat prints a number as its text
