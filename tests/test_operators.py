@@ -1,5 +1,6 @@
 """Spark-free unit tests of the operators' Arrow side (`Join.apply`, `Aggregate.apply`, a rename's
-`Project.apply`) and of the operator tree's catalog JSON and state tables.
+`Project.apply`, `OverWindow.apply` with its evaluation stood in for) and of the operator tree's
+catalog JSON and state tables.
 
 Each operator test drives one operator epoch by epoch over literal Z-sets (`tests/chunks.py`) with
 an in-memory state store, checks each epoch's output against a literal, and checks that the output
@@ -16,6 +17,7 @@ import pytest
 
 from sparkwave.stream.aggregate import Agg, Aggregate
 from sparkwave.stream.join import Join, JoinType
+from sparkwave.stream.over import SIDE, OverWindow
 from sparkwave.stream.plan import from_json, state_purpose, state_schemas
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan, Window
@@ -541,3 +543,54 @@ def test_state_tables_keep_their_names_and_keys() -> None:
     assert state_purpose("a5v0", ("c9__g", "c10_arg")) == \
         "value counts of aggregate 5 per (c9__g, c10_arg), for min/max/count distinct"
     assert state_purpose("x1", ()) == "operator state"
+
+
+# --- window functions ---------------------------------------------------------------------------------
+def test_window_recomputes_only_the_touched_partitions() -> None:
+    """`row_number() OVER (PARTITION BY g ORDER BY v DESC)`: a change re-ranks its partition (the
+    evaluation itself, Spark's, is stood in for by Python), emitting only the rows whose rank moved."""
+    child = scan(1, "t", [("c1_id", "int"), ("c1_g", "int"), ("c1_v", "int")], ["c1_id"])
+    node = OverWindow(2, [*child.columns, ("c2_rn", "int")], ["c1_id"], input=child, partition=["c1_g"],
+                      calls=[("c2_rn", "row_number() OVER (PARTITION BY `_side`, `c1_g` ORDER BY `c1_v` DESC)")])
+
+    def ranks(rows: pa.Table) -> pa.Table:
+        by_part: dict[Row, list[dict[str, Any]]] = {}
+        for r in rows.to_pylist():
+            by_part.setdefault((r[SIDE], r["c1_g"]), []).append(r)
+        out = [{**r, "c2_rn": i} for part in by_part.values()
+               for i, r in enumerate(sorted(part, key=lambda r: (-r["c1_v"], r["c1_id"])), start=1)]
+        return pa.Table.from_pylist(out, schema=pa.schema([*rows.schema, pa.field("c2_rn", pa.int32())]))
+
+    states, schema = MemoryStates(state_schemas(node)), child.arrow_schema(WF)
+
+    def epoch(d: str, expect: str) -> None:
+        out = node.apply(zset(d, schema), states, ranks)
+        states.commit()
+        assert as_counter(out) == as_counter(zset(expect, node.arrow_schema(WF)))
+
+    epoch("""
+        + 1 1 10
+        + 2 1 20
+        + 3 2 5""", """
+        + 1 1 10 2
+        + 2 1 20 1
+        + 3 2 5 1""")
+    epoch("""
+        + 4 1 30""", """
+        - 1 1 10 2
+        + 1 1 10 3
+        - 2 1 20 1
+        + 2 1 20 2
+        + 4 1 30 1""")
+    epoch("""
+        - 4 1 30
+        + 4 2 30""", """
+        - 4 1 30 1
+        - 2 1 20 2
+        + 2 1 20 1
+        - 1 1 10 3
+        + 1 1 10 2
+        - 3 2 5 1
+        + 3 2 5 2
+        + 4 2 30 1""")
+    assert states.contents("w2") == Counter({(1, 1, 10): 1, (2, 1, 20): 1, (3, 2, 5): 1, (4, 2, 30): 1})

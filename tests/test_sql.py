@@ -98,3 +98,21 @@ def test_join_sides_store_only_the_columns_the_query_reads(session):
     session.flush()
     assert sorted(rows_of(session.table("j"))) == [("a", 5), ("b", 1)]
     assert sorted(rows_of(session.table("a"))) == [("a", 5), ("b", 1)]
+
+
+def test_drop_cascade_drops_what_depends_on_it(session, tmp_path):
+    s = session
+    s.sql("CREATE TABLE t (k int PRIMARY KEY, v int); CREATE TABLE u (k int PRIMARY KEY); "
+          "CREATE MATERIALIZED VIEW a AS SELECT k, v FROM t; CREATE MATERIALIZED VIEW b AS SELECT k FROM a; "
+          "CREATE MATERIALIZED VIEW c AS SELECT a.k FROM a JOIN u ON a.k = u.k; "
+          "CREATE MATERIALIZED VIEW keep AS SELECT k FROM u")
+    s.sql(f"CREATE SINK out FROM b WITH (connector = 'deltalake', location = '{tmp_path / 'out'}')")
+    with pytest.raises(CatalogError, match="depend on it"):
+        s.sql("DROP TABLE t")
+    with pytest.raises(CatalogError, match="depend on it"):
+        s.sql("DROP TABLE t RESTRICT")
+    s.sql("DROP TABLE t CASCADE")
+    assert sorted(r[0] for r in rows_of(s.sql("SHOW MATERIALIZED VIEWS"))) == ["keep"]
+    assert rows_of(s.sql("SHOW SINKS")) == [] and sorted(r[0] for r in rows_of(s.sql("SHOW TABLES"))) == ["u"]
+    s.sql("DROP MATERIALIZED VIEW keep CASCADE; DROP TABLE IF EXISTS t CASCADE")
+    assert rows_of(s.sql("SHOW MATERIALIZED VIEWS")) == []

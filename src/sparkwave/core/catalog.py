@@ -448,7 +448,8 @@ class Catalog:
         with self.transaction() as db:
             floor = db.execute(
                 "SELECT min(e) FROM (SELECT coalesce(CAST(s.value AS INTEGER), r.created_epoch) AS e FROM relations r "
-                "LEFT JOIN settings s ON s.key = 'retained_from.' || r.name WHERE r.kind != 'source' "  # (keeps none)
+                "LEFT JOIN settings s ON s.key = 'retained_from.' || r.name "
+                "WHERE r.kind != 'source' AND r.state != 'failed' "  # a source keeps none; a failed MV reads none
                 "UNION ALL SELECT epoch FROM pins "
                 "UNION ALL SELECT consumed_epoch FROM jobs WHERE phase != 'created' AND consumed_epoch IS NOT NULL)"
             ).fetchone()[0]

@@ -70,6 +70,13 @@ def net(t: pa.Table) -> pa.Table:
     return g.filter(pc.not_equal(g[W], 0))
 
 
+def apply_zset(old: pa.Table, delta: pa.Table) -> pa.Table:
+    """Rows after a change: the rows `old` plus the Z-set `delta` (columns of `old` and `_w`)."""
+    both = net(pa.concat_tables([with_weight(old, 1), delta.select(old.column_names + [W]).cast(
+        with_weight(old, 1).schema)]))
+    return both.filter(pc.greater(both[W], 0)).drop_columns([W])
+
+
 def distinct(t: pa.Table, cols: list[str]) -> pa.Table:
     return t.select(cols).group_by(cols, use_threads=False).aggregate([])
 

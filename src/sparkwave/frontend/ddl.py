@@ -145,15 +145,7 @@ class Ddl:
             raise stmt.error(SPECS["backfill_strategy"].error("backfill_strategy", strategy), "backfill_strategy")
         assert stmt.ast is not None
         plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
-        for u in plan.upstreams:
-            upstream = self.rt.relation(u)
-            if upstream.state == "failed":
-                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is stopped, out of the pipeline (SHOW "
-                                   f"JOBS says why); DROP and create it again first (at {stmt.where(u)})")
-            if upstream.state != "created":
-                job = self.catalog.job_of(u)
-                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is itself still being created "
-                                   f"(job {job.id if job else '?'}); WAIT for it first (at {stmt.where(u)})")
+        self._check_upstreams(stmt, name, plan.upstreams)
         schemas = state_schemas(plan.root)
         definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
                       "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
@@ -162,6 +154,7 @@ class Ddl:
             definition["sink"] = sink
         limit = settings.backfill_rate_limit
         with self.locks.epoch:  # blocking: the whole build; snapshot: only to read one committed epoch S
+            self._check_upstreams(stmt, name, plan.upstreams)  # again: the barrier loop may have stopped one
             epoch = self.catalog.committed_epoch()
             state = "created" if strategy == "blocking" else "creating"
             rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
@@ -215,6 +208,17 @@ class Ddl:
             self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES, on_progress=lambda: bars.update(
                 [j for j in job_infos(self.catalog) if j.id == job_id]))
 
+    def _check_upstreams(self, stmt: Statement, name: str, upstreams: list[str]) -> None:
+        for u in upstreams:
+            upstream = self.rt.relation(u)
+            if upstream.state == "failed":
+                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is stopped, out of the pipeline (SHOW "
+                                   f"JOBS says why); DROP and create it again first (at {stmt.where(u)})")
+            if upstream.state != "created":
+                job = self.catalog.job_of(u)
+                raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is itself still being created "
+                                   f"(job {job.id if job else '?'}); WAIT for it first (at {stmt.where(u)})")
+
     def drop(self, stmt: Statement) -> None:
         name = stmt.args["name"]
         rel = self.catalog.relation(name)
@@ -238,6 +242,29 @@ class Ddl:
             raise CatalogError(f"cannot drop {name!r}: it holds the query of sink {rel.definition['sink']!r}; "
                                f"DROP SINK {rel.definition['sink']} drops both")
         self.drop_relation(name)
+
+    def dependents(self, name: str) -> list[tuple[str, str]]:
+        """What `DROP ... CASCADE` drops before `name`, deepest first: ("sink" | "mv", name) for every
+        MV reading it (transitively) and every sink delivering one of them or it."""
+        relations = self.catalog.relations(creating=True)
+        sinks = self.catalog.sinks()
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+
+        def visit(rel: str) -> None:
+            for r in relations:
+                if rel in r.upstreams and r.name not in seen:
+                    seen.add(r.name)
+                    visit(r.name)
+                    if not (r.definition.get("sink") and any(s.name == r.definition["sink"] for s in sinks)):
+                        out.append(("mv", r.name))  # an MV holding a sink's query goes with its sink
+            for s in sinks:
+                if s.mv == rel and s.name not in seen:
+                    seen.add(s.name)
+                    out.append(("sink", s.name))
+
+        visit(name)
+        return out
 
     def drop_relation(self, name: str) -> None:
         """Drop a table or MV that no MV or sink depends on."""

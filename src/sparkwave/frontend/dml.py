@@ -28,6 +28,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
 from sparkwave.core.errors import CatalogError, DataError, SqlError
+from sparkwave.frontend.postgres import to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
@@ -179,7 +180,7 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
     literal = _literal_table(columns, tuples)
     if literal is not None:
         return insert_arrow(rt, rel, literal)
-    rows = ["(" + ", ".join(i.sql(dialect="spark") for i in items) + ")" for items in tuples]
+    rows = ["(" + ", ".join(to_spark(i, [], rt.spark) for i in items) + ")" for items in tuples]
     names = ", ".join(f"`{c}`" for c in columns)
     try:
         df = rt.spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS v({names})")
@@ -300,7 +301,7 @@ def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
             raise CatalogError(f"unknown column {col!r} in UPDATE {rel.name} (at {stmt.where(col)})")
         if col in rel.schema.key:
             raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
-        assignments[col] = eq.expression.sql(dialect="spark")
+        assignments[col] = to_spark(eq.expression, _typed(rel), rt.spark)
     df = _matching(rt, stmt, rel, ast, epoch)
     try:
         df = df.select(*[F.expr(assignments[c.name]).alias(c.name) if c.name in assignments else _q(c.name)
@@ -316,6 +317,11 @@ def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "DELETE")
     return stage(rt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
+
+
+def _typed(rel: Relation) -> list[tuple[str, str]]:
+    """The table's columns as `to_spark` takes them: DML expressions read PostgreSQL's way too."""
+    return [(c.name, c.type.name) for c in rel.schema.columns]
 
 
 def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
@@ -334,6 +340,6 @@ def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch:
             raise CatalogError(f"unknown column {col.name!r} in WHERE of {stmt.kind.upper()} {rel.name} "
                                f"(at {stmt.where(col.name)})")
     try:
-        return df.where(where.this.sql(dialect="spark"))
+        return df.where(to_spark(where.this, _typed(rel), rt.spark))
     except Exception as e:
         raise SqlError(f"{stmt.kind.upper()} {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None

@@ -1,14 +1,18 @@
 """Planning `CREATE MATERIALIZED VIEW ... AS SELECT` into an operator tree (`stream/plan.py`): the one
-planner of every MV, from a projection of one table to joins, aggregates and time windows.
+planner of every MV, from a projection of one table to joins, aggregates, time windows and window
+functions.
 
-Accepted: `SELECT [DISTINCT] ... FROM item [, item | [INNER|LEFT|RIGHT|FULL] JOIN item ON ...]*
-[WHERE ...] [GROUP BY ...] [HAVING ...]`, where an item is a table or MV, `TUMBLE(t, time, size)`,
-`HOP(t, time, slide, size)` or a subquery of the same form. Joins need at least one equality
-between the two sides. Other conditions in `ON` follow PostgreSQL: one on a side alone filters that
-side before the join, or, on the preserved side of an outer join, only stops its rows matching (they
-stay, NULL-padded); one on both sides (inner joins only) is evaluated after the join, below any later
-join that could NULL-pad its columns. Predicates on one scanned relation are pushed into its scan
-where no outer join can NULL-pad it.
+Accepted (after `rewrite.py` inlines CTEs, turns FILTER into CASE, ORDER BY ... LIMIT into a row
+number, subqueries outside FROM into joins): `SELECT [DISTINCT] ... FROM item [, item |
+[INNER|LEFT|RIGHT|FULL] JOIN item ON ...]* [WHERE ...] [GROUP BY ...] [HAVING ...]`, where an item
+is a table or MV, `TUMBLE(t, time, size)`, `HOP(t, time, slide, size)` or a subquery of the same
+form, and a non-aggregating SELECT list may hold window functions (`OVER (...)`). Joins need at
+least one equality (or `IS NOT DISTINCT FROM`, which matches NULLs) between the two sides, unless
+one side is a one-row aggregate. Other conditions in `ON` follow PostgreSQL: one on a side alone
+filters that side before the join, or, on the preserved side of an outer join, only stops its rows
+matching (they stay, NULL-padded); one on both sides (inner joins only) is evaluated after the join,
+below any later join that could NULL-pad its columns. Predicates on one scanned relation are pushed
+into its scan where no outer join can NULL-pad it.
 
 Expressions keep PostgreSQL's semantics where Spark's differ (`frontend/postgres.py`): `/` between integers truncates
 toward zero, and a decimal `sum` or `avg` accumulates exactly (see `_decimal_parts`).
@@ -32,17 +36,22 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
-from sparkwave.frontend.postgres import to_spark
+from sparkwave.frontend.postgres import spark_ddl, to_spark
+from sparkwave.frontend.rewrite import rewrite
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
+from sparkwave.frontend.subqueries import HIDDEN_PREFIX, JOINED_PREFIX, conjuncts
 from sparkwave.stream.aggregate import Agg, Aggregate, sum_type
 from sparkwave.stream.join import Join, JoinType
 from sparkwave.stream.operator import Operator
+from sparkwave.stream.over import SIDE, OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan, Window
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 _JOIN_TYPES: dict[str, JoinType] = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+# window functions whose value depends on the order of tied rows: the planner orders ties by row key
+_ROW_ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue, exp.Ntile)
 _UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
                  "day": 86400, "days": 86400}
 
@@ -64,6 +73,12 @@ class _Item:
     cols: dict[str, str]  # column name -> internal name
     order: list[str] = field(default_factory=list)  # names in SELECT * order
     nullable: bool = False  # on the null-supplying side of an outer join
+    # JOIN ... USING / NATURAL: columns that an unqualified name or `*` no longer means here (the
+    # other side's stands for both), and, for a FULL join, the other side's internal name to
+    # COALESCE this side's with
+    merged: set[str] = field(default_factory=set)
+    coalesce: dict[str, str] = field(default_factory=dict)
+    pos: int = 0  # its place in FROM: `*` lists the items in that order
 
 
 class Planner:
@@ -82,8 +97,16 @@ class Planner:
 
     # --- entry ---------------------------------------------------------------------------------
     def plan(self, query: exp.Expr) -> MvPlan:
-        node, outputs = self.select(query)
+        node, outputs = self.select(rewrite(query))
         visible = [(n, i) for n, i in outputs]
+        if columns := self.stmt.args.get("columns"):  # CREATE MATERIALIZED VIEW mv (a, b, ...) AS
+            if len(columns) > len(visible):
+                raise self.err(f"materialized view column list names {len(columns)} columns, but its query has "
+                               f"{len(visible)}", "AS")
+            if reserved := sorted(set(columns) & RESERVED_COLUMNS):
+                raise self.err(f"column name(s) {', '.join(reserved)} in the materialized view's column list are "
+                               "reserved for sparkwave's own columns; choose another name", reserved[0])
+            visible = [(columns[j] if j < len(columns) else n, i) for j, (n, i) in enumerate(visible)]
         names = [n for n, _ in visible]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -123,21 +146,26 @@ class Planner:
             raise self.err("a materialized view needs a FROM clause", "SELECT")
         items = [self.from_item(src.this)]
         node: Operator = items[0].node
-        where = _conjuncts(q.args["where"].this) if q.args.get("where") else []
+        where = conjuncts(q.args["where"].this) if q.args.get("where") else []
         all_inner = True
         after: list[exp.Expr] = []  # inner joins' conditions on both sides, not yet applied
-        for j in q.args.get("joins") or []:
-            right = self.from_item(j.this)
+        star: list[tuple[str, str]] | None = None  # `*` once a USING join merged columns: (name, Spark SQL)
+        for j, right in self.join_order(q.args.get("joins") or [], items, where):
             side = (j.args.get("side") or "").upper()
             kind = (j.args.get("kind") or "").upper()
             jtype: JoinType
-            if kind == "CROSS" or (not j.args.get("on") and not j.args.get("using")):
+            natural = (j.args.get("method") or "").upper() == "NATURAL"
+            using = [u.name.lower() for u in j.args.get("using") or []]
+            if natural:  # the columns both sides have
+                using = [c for c in right.order if any(c in it.cols and c not in it.merged for it in items)]
+            if kind == "CROSS" or (not j.args.get("on") and not using and not natural):
                 jtype, conds, from_where = "inner", [], True
             elif kind in ("", "INNER", "OUTER") and side in _JOIN_TYPES:
                 jtype, from_where = _JOIN_TYPES[side], False
-                if j.args.get("using"):
-                    raise self.err("JOIN ... USING is not supported in a materialized view; use ON", "USING")
-                conds = _conjuncts(j.args["on"])
+                conds = conjuncts(j.args["on"]) if j.args.get("on") else []
+                if using or natural:
+                    star = self._star_after_using(star, items, right, using, jtype)
+                    conds = [self._using(c, items, right, jtype) for c in using]
             else:
                 raise self.err(f"unsupported join {kind or side} in a materialized view", "JOIN")
             if from_where:  # implicit join: its equalities come from WHERE
@@ -149,6 +177,7 @@ class Planner:
             on_right: list[exp.Expr] = []
             both: list[exp.Expr] = []
             key_cols: dict[str, exp.Column] = {}  # a key's internal name -> the column the user wrote
+            null_safe: set[int] = set()  # positions of the keys paired by IS NOT DISTINCT FROM
             for c in conds:
                 pair = self._key_pair(c, items, right)
                 owners = self._owners(c, [*items, right])
@@ -156,12 +185,15 @@ class Planner:
                     (a, a_col), (b, b_col) = pair
                     # A column paired twice (`t1.x = t3.y AND t2.z = t3.y`) is one key and a
                     # condition on the other side (`t1.x = t2.z`): no key column appears twice.
+                    same = type(c)  # `=` or IS NOT DISTINCT FROM
                     if b in rk:
                         if (partner := lk[rk.index(b)]) != a:
-                            on_left.append(exp.EQ(this=key_cols[partner].copy(), expression=a_col.copy()))
+                            on_left.append(same(this=key_cols[partner].copy(), expression=a_col.copy()))
                     elif a in lk:
-                        on_right.append(exp.EQ(this=key_cols[rk[lk.index(a)]].copy(), expression=b_col.copy()))
+                        on_right.append(same(this=key_cols[rk[lk.index(a)]].copy(), expression=b_col.copy()))
                     else:
+                        if same is exp.NullSafeEQ:
+                            null_safe.add(len(lk))
                         lk.append(a)
                         rk.append(b)
                         key_cols[a], key_cols[b] = a_col, b_col
@@ -171,6 +203,9 @@ class Planner:
                     on_right.append(c)
                 else:
                     both.append(c)
+            if not lk and (self._one_row(right.node) or self._one_row(node)):
+                node, lk = self._constant_key(node)  # a scalar subquery's row meets every row
+                right.node, rk = self._constant_key(right.node)
             if not lk:
                 raise self.err("unsupported non-equi join: a join in a materialized view needs at least one "
                                "equality between columns of its two sides", "JOIN" if not from_where else "FROM")
@@ -185,6 +220,9 @@ class Planner:
                     raise self.err(f"join key types differ: {ta} and {tb}; cast one side in a subquery", "JOIN")
             if jtype in ("right", "full") and after:  # this join NULL-pads their columns: apply them first
                 node, after = self.filter(node, after, items), []
+            if null_safe:  # before on_side: a key it sets to NULL must then match nothing
+                node, lk = self.null_safe_keys(node, lk, null_safe)
+                right.node, rk = self.null_safe_keys(right.node, rk, null_safe)
             node, lk = self.on_side(node, on_left, items, lk, preserved=jtype in ("left", "full"))
             right_node, rk = self.on_side(right.node, on_right, [right], rk, preserved=jtype in ("right", "full"))
             if jtype != "inner":
@@ -210,27 +248,38 @@ class Planner:
         having = q.args.get("having")
         if having is not None:
             aggs += _agg_calls(having.this)
+        windowed = any(p.find(exp.Window) for p in q.expressions)
         if q.args.get("group") or aggs or having is not None or q.args.get("distinct"):
+            if windowed:
+                raise self.err("window functions (OVER ...) in an aggregating or DISTINCT query are not supported; "
+                               "aggregate in a subquery and compute the window over it", "OVER")
             return self.aggregate(q, node, items, predicate)
-        outputs = self.outputs(q, items)
+        if windowed:  # after WHERE, before the SELECT list
+            q, node = self.over(q, node, items, predicate)
+            predicate = None
+        outputs = self.outputs(q, items, star)
         exprs = [(i, sql) for _, i, sql in outputs]
         proj = self.project(node, exprs + [(k, f"`{k}`") for k in node.key], predicate, node.key)
         return proj, [(n, i) for n, i, _ in outputs]
 
-    def outputs(self, q: exp.Select, items: list[_Item]) -> list[tuple[str, str, str]]:
-        """(output name, internal name, Spark SQL) per SELECT item, stars expanded."""
+    def outputs(self, q: exp.Select, items: list[_Item], star_list: list[tuple[str, str]] | None = None
+                ) -> list[tuple[str, str, str]]:
+        """(output name, internal name, Spark SQL) per SELECT item, stars expanded: `*` as
+        `star_list` says after USING joins, else every item's columns in FROM order."""
         out: list[tuple[str, str, str]] = []
         for i, proj in enumerate(q.expressions):
             star = proj if isinstance(proj, exp.Star) else (
                 proj.this if isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star) else None)
             if star is not None:
                 qual = proj.table.lower() if isinstance(proj, exp.Column) and proj.table else None
-                chosen = [it for it in items if qual is None or it.alias == qual]
+                chosen = [it for it in items if (qual is None and not it.alias.startswith(JOINED_PREFIX))
+                          or it.alias == qual]
                 if not chosen:
                     raise self.err(f"unknown table {qual!r} in {proj.sql()}", qual)
-                for it in chosen:
-                    for c in it.order:
-                        out.append((c, self.name(c), f"`{it.cols[c]}`"))
+                listed = star_list if qual is None and star_list is not None else [
+                    (c, f"`{it.cols[c]}`") for it in sorted(chosen, key=lambda it: it.pos) for c in it.order
+                    if not c.startswith(HIDDEN_PREFIX)]
+                out += [(c, self.name(c), sql) for c, sql in listed]
                 continue
             inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
             name = _output_name(proj, inner, i)
@@ -346,6 +395,11 @@ class Planner:
                 return n
             if isinstance(n.this, exp.Star):
                 raise self.err(f"* is not allowed in {where}")
+            full = [it for it in items if not n.table and n.name.lower() in it.coalesce]
+            if full:  # a FULL JOIN ... USING column: either side's
+                name = n.name.lower()
+                return exp.Coalesce(this=exp.column(full[0].cols[name], quoted=True),
+                                    expressions=[exp.column(full[0].coalesce[name], quoted=True)])
             return exp.column(self.internal(n, items, where), quoted=True)
 
         return self.spark_sql(e.copy().transform(swap), [c for it in items for c in it.node.columns])
@@ -366,7 +420,10 @@ class Planner:
                 raise CatalogError(f"unknown column {col.sql()!r} in {where} (columns of {q!r}: "
                                    f"{', '.join(found[0].order)}) (at {self.stmt.where(col.name)})")
             return found[0].cols[name]
-        found = [it for it in items if name in it.cols]
+        found = [it for it in items if name in it.cols and name not in it.merged]
+        if found and name in found[0].coalesce:
+            raise self.err(f"column {name!r} of a FULL JOIN ... USING cannot be used in {where}; write "
+                           f"COALESCE({found[0].alias}.{name}, ...) or qualify it", col.name)
         if not found:
             known = ", ".join(f"{it.alias}.{c}" for it in items for c in it.order)
             raise CatalogError(f"unknown column {name!r} in {where} of materialized view (in scope: {known}) "
@@ -375,6 +432,82 @@ class Planner:
             raise self.err(f"column {name!r} is ambiguous in {where}: it is in "
                            f"{', '.join(it.alias for it in found)}; qualify it", col.name)
         return found[0].cols[name]
+
+    def join_order(self, joins: list[exp.Join], items: list[_Item], where: list[exp.Expr]
+                   ) -> list[tuple[exp.Join, _Item]]:
+        """The joins with their FROM items, in the order they are planned. A comma list (`FROM a, b,
+        c WHERE ...`) is an inner join in any order, as PostgreSQL plans it: each next item is the
+        first that an equality in WHERE links to those before (`a, b, c WHERE a.x = c.x AND
+        b.y = c.y` joins c before b). From the first explicit JOIN on, the joins keep their order."""
+        def implicit(j: exp.Join) -> bool:
+            return (j.args.get("kind") or "").upper() in ("", "CROSS") and not j.args.get("side") \
+                and not j.args.get("on") and not j.args.get("using") and not j.args.get("method")
+
+        n = next((i for i, j in enumerate(joins) if not implicit(j)), len(joins))  # the leading comma list
+        pending = [(j, self._positioned(self.from_item(j.this), pos)) for pos, j in enumerate(joins[:n], start=1)]
+        ordered: list[tuple[exp.Join, _Item]] = []
+        scope = list(items)
+        while pending:
+            pick = next((p for p in pending if any(self._links(c, scope, p[1]) for c in where)), pending[0])
+            pending.remove(pick)
+            ordered.append(pick)
+            scope.append(pick[1])
+        return ordered + [(j, self._positioned(self.from_item(j.this), pos))
+                          for pos, j in enumerate(joins[n:], start=n + 1)]
+
+    def _one_row(self, op: Operator) -> bool:
+        """Whether `op` always has exactly one row: an aggregate without GROUP BY, renamed."""
+        if isinstance(op, Aggregate):
+            return op.scalar
+        return isinstance(op, Project) and op.predicate is None and self._one_row(op.input)
+
+    def _constant_key(self, op: Operator) -> tuple[Operator, list[str]]:
+        """`op` and a join key column of one constant value: a one-row input's group column (its
+        key, always 0), else a column 0 added."""
+        if self._one_row(op):
+            return op, [op.key[0]]
+        const = self.name("one")
+        return self.project(op, [*[(n, f"`{n}`") for n in op.names], (const, "0L")], None, op.key), [const]
+
+    @staticmethod
+    def _positioned(item: _Item, pos: int) -> _Item:
+        item.pos = pos
+        return item
+
+    def _star_after_using(self, star: list[tuple[str, str]] | None, items: list[_Item], right: _Item,
+                          using: list[str], jtype: str) -> list[tuple[str, str]]:
+        """`*` after `JOIN right USING (using)`, as PostgreSQL lists it: the merged columns first,
+        then the left side's others, then the right side's."""
+        if star is None:
+            star = [(c, f"`{it.cols[c]}`") for it in sorted(items, key=lambda it: it.pos) for c in it.order
+                    if c not in it.merged and not c.startswith(HIDDEN_PREFIX)]
+        first, lefts = [], set()
+        for c in using:
+            left = [it for it in items if c in it.cols and c not in it.merged]
+            if len(left) != 1 or c not in right.cols:
+                continue  # `_using` names the problem
+            lsql, rsql = f"`{left[0].cols[c]}`", f"`{right.cols[c]}`"
+            lefts.add(lsql)
+            first.append((c, rsql if jtype == "right" else f"COALESCE({lsql}, {rsql})" if jtype == "full" else lsql))
+        return first + [e for e in star if e[1] not in lefts] + \
+            [(c, f"`{right.cols[c]}`") for c in right.order if c not in using]
+
+    def _using(self, name: str, items: list[_Item], right: _Item, jtype: str) -> exp.Expr:
+        """`JOIN right USING (name)`: the equality of `name` on both sides, and the two columns
+        merged into one, as PostgreSQL: the left one's for an inner or left join, the right one's
+        for a right join, their COALESCE for a full join."""
+        left = [it for it in items if name in it.cols and name not in it.merged]
+        if len(left) != 1 or name not in right.cols:
+            where = "the left side" if len(left) != 1 else repr(right.alias)
+            problem = "is ambiguous in" if len(left) > 1 else "is not a column of"
+            raise self.err(f"column {name!r} named in USING {problem} {where}", name)
+        if jtype == "right":
+            left[0].merged.add(name)
+        else:
+            right.merged.add(name)
+            if jtype == "full":
+                left[0].coalesce[name] = right.cols[name]
+        return exp.EQ(this=exp.column(name, table=left[0].alias), expression=exp.column(name, table=right.alias))
 
     def _owners(self, e: exp.Expr, items: list[_Item]) -> set[int]:
         out = set()
@@ -396,7 +529,8 @@ class Planner:
                   ) -> tuple[tuple[str, exp.Column], tuple[str, exp.Column]] | None:
         """An equality between a column of the left items and one of `right`: each side's internal
         name and the column as written."""
-        if not isinstance(c, exp.EQ) or not isinstance(c.this, exp.Column) or not isinstance(c.expression, exp.Column):
+        if not isinstance(c, exp.EQ | exp.NullSafeEQ) or not isinstance(c.this, exp.Column) \
+                or not isinstance(c.expression, exp.Column):
             return None
         for a, b in ((c.this, c.expression), (c.expression, c.this)):
             if self._owners(a, left) and not self._owners(a, [right]) and self._owners(b, [right]) \
@@ -420,6 +554,20 @@ class Planner:
         exprs = [*[(n, f"`{n}`") for n in node.names], (gated, f"CASE WHEN {pred} THEN `{keys[0]}` END")]
         return self.project(node, exprs, None, node.key), [gated, *keys[1:]]
 
+    def null_safe_keys(self, node: Operator, keys: list[str], null_safe: set[int]) -> tuple[Operator, list[str]]:
+        """Join keys where NULL matches NULL (`IS NOT DISTINCT FROM`): each such key becomes two
+        that are never NULL, whether it is NULL and its value with NULL replaced by a constant."""
+        exprs = [(n, f"`{n}`") for n in node.names]
+        out: list[str] = []
+        for i, k in enumerate(keys):
+            if i not in null_safe:
+                out.append(k)
+                continue
+            flag, value = self.name("is_null"), self.name("not_null")
+            exprs += [(value, f"COALESCE(`{k}`, {_zero(node.type_of(k))})"), (flag, f"`{k}` IS NULL")]
+            out += [value, flag]
+        return self.project(node, exprs, None, node.key), out
+
     def filter(self, node: Operator, conds: list[exp.Expr], items: list[_Item]) -> Operator:
         """`node`, whose columns include those of `items`, without its rows failing `conds`. A
         condition on one scanned relation that no outer join NULL-pads goes into its scan; the rest
@@ -435,6 +583,63 @@ class Planner:
             return node
         pred = " AND ".join(f"({self.resolve(c, items, 'ON')})" for c in rest)
         return self.project(node, [(n, f"`{n}`") for n in node.names], pred, node.key)
+
+    # --- window functions ----------------------------------------------------------------------
+    def over(self, q: exp.Select, node: Operator, items: list[_Item], predicate: str | None
+             ) -> tuple[exp.Select, Operator]:
+        """The SELECT items of `q` with window functions as the calls of one `OverWindow` over
+        `node`'s rows that pass `predicate`; returns `q` with each such item a column of a hidden FROM
+        item (added to `items`) that names its output, and the new node."""
+        if predicate:
+            node = self.project(node, [(n, f"`{n}`") for n in node.names], predicate, node.key)
+        q = q.copy()
+        q.set("expressions", [p if isinstance(p, exp.Alias) or not p.find(exp.Window) else exp.alias_(
+            p, _window_name(p) if isinstance(p, exp.Window) else _output_name(p, p, i))  # PostgreSQL's name
+            for i, p in enumerate(q.expressions)])
+        alias = f"{JOINED_PREFIX}over{next(self._ids)}"
+        hidden = _Item(alias, node, {f"{HIDDEN_PREFIX}side": SIDE}, [])
+        for j, k in enumerate(node.key):
+            hidden.cols[f"{HIDDEN_PREFIX}k{j}"] = k
+        scope = [*items, hidden]
+        calls: list[tuple[str, str]] = []
+        partitions: list[list[str]] = []
+        for j, item in enumerate(q.expressions):
+            if not item.find(exp.Window):
+                continue
+            inner = item.unalias()
+            e = inner.copy()
+            for w in list(e.find_all(exp.Window)):
+                if w.find_ancestor(exp.Window) or w.this.find(exp.Window):
+                    raise self.err("a window function inside another's arguments is not supported", "OVER")
+                if w.args.get("alias") or not isinstance(w.this, exp.Func):
+                    raise self.err(f"unsupported window {w.sql(dialect='postgres')}: name the function and write "
+                                   "its PARTITION BY / ORDER BY in OVER (...)", "OVER")
+                parts = list(w.args.get("partition_by") or [])
+                partitions.append([self.internal(p, items, "PARTITION BY") for p in parts
+                                   if isinstance(p, exp.Column)])
+                w.set("partition_by", [exp.column(f"{HIDDEN_PREFIX}side", table=alias), *parts])
+                frame = w.args.get("spec")
+                if isinstance(w.this, _ROW_ORDERED) or (frame is not None and str(frame.args.get("kind", "")).upper()
+                                                        == "ROWS"):
+                    order = w.args.get("order") or exp.Order(expressions=[])
+                    order.set("expressions", [*order.expressions, *[exp.Ordered(this=exp.column(
+                        f"{HIDDEN_PREFIX}k{i}", table=alias), nulls_first=False) for i in range(len(node.key))]])
+                    w.set("order", order)  # ties in the row key's order: deterministic, as the deltas need
+            name = self.name(item.alias)
+            calls.append((name, self.resolve(e, scope, f"SELECT item {j + 1}")))
+            hidden.cols[f"{HIDDEN_PREFIX}w{j}"] = name
+            inner.replace(exp.column(f"{HIDDEN_PREFIX}w{j}", table=alias))
+        partition = [c for c in partitions[0] if all(c in p for p in partitions[1:])]
+        if not partition:  # one partition: a constant column keys the state
+            const = self.name("partition")
+            node = self.project(node, [*[(n, f"`{n}`") for n in node.names], (const, "0L")], None, node.key)
+            partition = [const]
+        types = self.types(node, calls, None, extra=[(SIDE, "int")])
+        over = OverWindow(next(self._ids), node.columns + [(n, types[n]) for n, _ in calls], list(node.key),
+                          input=node, partition=partition, calls=calls)
+        hidden.node = over
+        items.append(hidden)
+        return q, over
 
     # --- aggregation ---------------------------------------------------------------------------
     def aggregate(self, q: exp.Select, node: Operator, items: list[_Item], predicate: str | None
@@ -459,6 +664,10 @@ class Planner:
                     raise self.err("SELECT DISTINCT * is not supported; name the columns", "DISTINCT")
                 group_exprs.append(proj.unalias() if isinstance(proj, exp.Alias) else proj)
             distinct = None
+        having = q.args.get("having")
+        if any(e.find(exp.GroupConcat) for e in [*q.expressions, *([having.this] if having is not None else [])]):
+            q, node = self.string_aggs(q, group_exprs, node, items, predicate)
+            predicate = None
         pre: list[tuple[str, str]] = []
         group_of: dict[str, str] = {}  # resolved SQL -> group column
         group_cols: list[str] = []
@@ -497,7 +706,8 @@ class Planner:
             fn = _AGGS.get(type(call))
             if fn is None:
                 raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')} in a materialized view; "
-                               "supported: count, sum, avg, min, max, count(DISTINCT x)", call.sql_name())
+                               "supported: count, sum, avg, min, max, count(DISTINCT x), bool_and, bool_or, "
+                               "string_agg", call.sql_name())
             if call.find(exp.Window):
                 raise self.err("unsupported window function (OVER ...)", "OVER")
             arg = call.this
@@ -566,6 +776,42 @@ class Planner:
             out = self.distinct(out, [i for _, i in outputs])
         return out, outputs
 
+    def string_aggs(self, q: exp.Select, groups: list[exp.Expr], node: Operator, items: list[_Item],
+                    predicate: str | None) -> tuple[exp.Select, Operator]:
+        """`string_agg(x, sep [ORDER BY ...])`: each row of a group carries its group's string (window
+        functions over the group, below the aggregate), and the aggregate takes its `max`. The string
+        of a group is computed again whenever one of its rows changes."""
+        q = q.copy()
+        having = q.args.get("having")
+        calls = [c for e in [*q.expressions, *([having.this] if having is not None else [])]
+                 for c in e.find_all(exp.GroupConcat)]
+        per_row = []
+        for j, call in enumerate(calls):
+            arg = call.this
+            value, order = (arg.this, list(arg.expressions)) if isinstance(arg, exp.Order) else (arg, [])
+            if isinstance(value, exp.Distinct):
+                raise self.err("string_agg(DISTINCT ...) is not supported; take the distinct values in a subquery "
+                               "first", "string_agg")
+            sep = call.args.get("separator")
+            if sep is None:
+                raise self.err("string_agg takes a value and a delimiter: string_agg(x, ',')", "string_agg")
+
+            def window(fn: exp.Func, value: exp.Expr = value, order: list[exp.Expr] = order) -> exp.Window:
+                return exp.Window(this=fn, partition_by=[g.copy() for g in groups],
+                                  order=exp.Order(expressions=[o.copy() for o in order]) if order else None,
+                                  spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                                                      end="UNBOUNDED", end_side="FOLLOWING"))
+
+            joined = exp.Anonymous(this="array_join", expressions=[
+                window(exp.Anonymous(this="collect_list", expressions=[exp.cast(value.copy(), "text")])), sep.copy()])
+            none = exp.EQ(this=window(exp.Count(this=value.copy())), expression=exp.Literal.number(0))
+            per_row.append(exp.alias_(exp.Case(ifs=[exp.If(this=none, true=exp.Null())], default=joined),
+                                      f"{HIDDEN_PREFIX}sa{j}"))
+        evaluated, node = self.over(exp.select(*per_row), node, items, predicate)
+        for call, e in zip(calls, evaluated.expressions, strict=True):
+            call.replace(exp.Max(this=e.unalias().copy()))
+        return q, node
+
     def distinct(self, node: Project, columns: list[str]) -> Project:
         """`SELECT DISTINCT` over an aggregate's rows: a second aggregate, grouped by every output."""
         types = dict(node.columns)
@@ -582,9 +828,10 @@ class Planner:
         return Project(next(self._ids), [(n, types[n]) for n, _ in uniq], list(key), input=child, exprs=uniq,
                        predicate=predicate)
 
-    def types(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, str]:
+    def types(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None,
+              extra: list[tuple[str, str]] | None = None) -> dict[str, str]:
         try:
-            df = self.spark.createDataFrame([], _ddl(child.columns))
+            df = self.spark.createDataFrame([], spark_ddl(child.columns + (extra or [])))
             if predicate:
                 df = df.where(predicate)
             df = df.selectExpr(*[f"{e} AS `{n}`" for n, e in exprs])
@@ -602,17 +849,20 @@ def _hidden_name(internal: str, taken: set[str]) -> str:
     return next(name for name in candidates if name not in taken)
 
 
-def _ddl(columns: list[tuple[str, str]]) -> str:
-    """A Spark DDL schema of internal columns, for analysing expressions over them."""
-    return ", ".join(f"`{n}` {_sql_type(t).spark}" for n, t in columns) or "_empty int"
-
-
 def _readable(msg: str) -> str:
     return re.sub(r"`?c\d+_([a-z0-9_]+)`?", r"\1", msg)
 
 
 def _sql_type(name: str) -> SqlType:
     return SqlType(name)
+
+
+def _zero(type_name: str) -> str:
+    """A constant of the type, in Spark SQL."""
+    t = SqlType(type_name)
+    text = "0" if t.is_numeric else {"boolean": "false", "date": "'1970-01-01'", "timestamp": "'1970-01-01'",
+                                     "timestamptz": "'1970-01-01'"}.get(t.name, "''")
+    return f"CAST({text} AS {t.spark})"
 
 
 def _restrict(scan: Scan, predicate: str) -> None:
@@ -672,16 +922,14 @@ def _pow10(e: int) -> str:
     return ("1" + "0" * e if e >= 0 else "0." + "0" * (-e - 1) + "1") + "BD"
 
 
-def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
-    if isinstance(e, exp.Paren):
-        return _conjuncts(e.this)
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    return [e]
-
-
 def _agg_calls(e: exp.Expr) -> list[exp.AggFunc]:
-    return list(e.find_all(exp.AggFunc))
+    """The aggregate calls of `e` (not those a window function computes over its partition)."""
+    return [a for a in e.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
+
+
+def _window_name(w: exp.Window) -> str:
+    fn = w.this
+    return (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
 
 
 def _output_name(proj: exp.Expr, inner: exp.Expr, i: int) -> str:
@@ -691,6 +939,8 @@ def _output_name(proj: exp.Expr, inner: exp.Expr, i: int) -> str:
         return inner.name.lower()
     if isinstance(inner, exp.Cast) and isinstance(inner.this, exp.Column):
         return inner.this.name.lower()
+    if isinstance(inner, exp.Anonymous):
+        return inner.name.lower()
     if isinstance(inner, exp.Func):
         return (inner.sql_name() or f"_col{i}").lower()
     return f"_col{i}"

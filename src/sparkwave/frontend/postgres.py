@@ -15,6 +15,7 @@ fail for one bad value (RisingWave's streaming behaviour)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +39,7 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 
 from sparkwave.core.errors import SqlError
+from sparkwave.core.schema import SqlType
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
 NUMERIC_SCALE = 15  # of a float or text cast to numeric: PostgreSQL's float8 has 15 significant digits
@@ -69,20 +71,42 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
     return e.sql(dialect="spark")
 
 
+def spark_ddl(columns: list[tuple[str, str]]) -> str:
+    """A Spark DDL schema of (name, sparkwave type) columns, for analysing expressions over them."""
+    return ", ".join(f"`{n}` {SqlType(t).spark}" for n, t in columns) or "_empty int"
+
+
 class _Types:
     """Spark's type of an expression over the columns (an empty frame, made on first use)."""
 
     def __init__(self, spark: SparkSession, columns: list[tuple[str, str]]) -> None:
-        self._make = lambda: spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in columns) or "_ int")
+        self._make = lambda: spark.createDataFrame([], spark_ddl(columns))
         self._frame: DataFrame | None = None
 
     def of(self, e: exp.Expr) -> DataType | None:
-        if self._frame is None:
-            self._frame = self._make()
         try:
+            if self._frame is None:
+                self._frame = self._make()
             return self._frame.selectExpr(e.sql(dialect="spark")).schema.fields[0].dataType
         except AnalysisException:
             return None  # the whole expression's analysis reports it, naming the query
+
+
+def untyped_to_spark(e: exp.Expr) -> str:
+    """`e` in Spark SQL where the types of its columns are not at hand (an ad-hoc query over
+    several relations): `to_char` is read as PostgreSQL's, its argument's kind told by the pattern
+    (digit patterns `9`/`0`: a number; otherwise a timestamp)."""
+    for node in reversed(list(e.find_all(exp.Anonymous, bfs=False))):
+        if node.name.upper() == "TO_CHAR" and len(node.expressions) == 2 and isinstance(
+                pattern := node.expressions[1], exp.Literal) and pattern.is_string:
+            value = node.expressions[0]
+            new = number_to_char(value, pattern.this) if re.search(r"[90]", pattern.this) and not re.search(
+                r'"', pattern.this) else timestamp_to_char(value, pattern.this)
+            if node is e:
+                e = new
+            else:
+                node.replace(new)
+    return e.sql(dialect="spark")
 
 
 def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
@@ -133,7 +157,14 @@ def number_to_char(value: exp.Expr, pattern: str) -> exp.Expr:
     if fm and "9" in fraction:
         raise SqlError(f"to_char(number, {pattern!r}): FM with 9 after the decimal point (trailing zeros "
                        "dropped) is not supported; write 0 there to keep them, or round() the number")
-    digits = _call("to_char", _call("abs", value.copy()), exp.Literal.string(body))
+    # PostgreSQL rounds to the pattern's fraction digits (Spark's prints #s), and prints a zero
+    # integer part as 0 (Spark's, with 9s, as blanks)
+    rounded = _call("round", value.copy(), exp.Literal.number(sum(c in "09" for c in fraction)))
+    printed = _call("to_char", _call("abs", rounded), exp.Literal.string(body))
+    digits = exp.If(this=exp.EQ(this=_call("trim", printed), expression=exp.Literal.string("")),
+                    true=_call("lpad", exp.Literal.string("0"), _call("length", printed.copy()),
+                               exp.Literal.string(" ")),
+                    false=printed.copy())
     negative = exp.LT(this=value.copy(), expression=exp.Literal.number(0))
     if fm:
         return _call("concat", exp.If(this=negative, true=exp.Literal.string("-"), false=exp.Literal.string("")),
@@ -191,18 +222,37 @@ def _meridiem(am: str, pm: str) -> Callable[[exp.Expr], exp.Expr]:
                             true=exp.Literal.string(am), false=exp.Literal.string(pm))
 
 
+def _sql(text: str, width: int = 0) -> Callable[[exp.Expr], exp.Expr]:
+    """A Spark SQL expression of the value `{v}`, as text (zero-padded to `width`)."""
+    def build(v: exp.Expr) -> exp.Expr:
+        e = exp.Cast(this=exp.maybe_parse(text.format(v=f"({v.sql(dialect='spark')})"), dialect="spark"),
+                     to=exp.DataType.build("STRING"))
+        return _call("lpad", e, exp.Literal.number(width), exp.Literal.string("0")) if width else e
+    return build
+
+
 _FUNCTIONS: dict[str, Callable[[exp.Expr], exp.Expr]] = {
     "A.M.": _meridiem("A.M.", "P.M."), "P.M.": _meridiem("A.M.", "P.M."),
     "a.m.": _meridiem("a.m.", "p.m."), "p.m.": _meridiem("a.m.", "p.m."),
-    "ID": lambda v: exp.Add(this=_call("weekday", v.copy()), expression=exp.Literal.number(1)),
-    "D": lambda v: _call("dayofweek", v.copy()),
-    "Q": lambda v: _call("quarter", v.copy()),
-    "IW": lambda v: _call("lpad", _call("weekofyear", v.copy()), exp.Literal.number(2), exp.Literal.string("0")),
+    "ID": _sql("weekday({v}) + 1"),
+    "D": _sql("dayofweek({v})"),
+    "Q": _sql("quarter({v})"),
+    "IW": _sql("weekofyear({v})", 2),
+    "WW": _sql("div(dayofyear({v}) - 1, 7) + 1", 2),
+    "W": _sql("div(dayofmonth({v}) - 1, 7) + 1"),
+    "YYY": _sql("year({v}) % 1000", 3),
+    "Y": _sql("year({v}) % 10"),
+    "SSSSS": _sql("hour({v}) * 3600 + minute({v}) * 60 + second({v})"),
+    "SSSS": _sql("hour({v}) * 3600 + minute({v}) * 60 + second({v})"),
+    "CC": _sql("div(year({v}) + 99, 100)", 2),
 }
+# PostgreSQL patterns with no translation here: refused at CREATE rather than printed wrongly
+_UNSUPPORTED = ("Y,YYY", "IYYY", "IYY", "IY", "IDDD", "FF1", "FF2", "FF3", "FF4", "FF5", "FF6", "TZH", "TZM",
+                "OF", "RM", "rm", "B.C.", "A.D.", "BC", "AD", "TH", "th", "TM", "J", "I")
 # Numeric patterns are read in either case, as PostgreSQL does.
 _JAVA |= {k.lower(): v for k, v in _JAVA.items() if k not in ("AM", "PM")}
 _FUNCTIONS |= {k.lower(): v for k, v in _FUNCTIONS.items() if "." not in k}
-_TOKENS = sorted([*_JAVA, *_NAMES, *_FUNCTIONS], key=len, reverse=True)
+_TOKENS = sorted([*_JAVA, *_NAMES, *_FUNCTIONS, *_UNSUPPORTED], key=len, reverse=True)
 
 
 def timestamp_to_char(value: exp.Expr, pattern: str) -> exp.Expr:
@@ -226,12 +276,13 @@ def timestamp_to_char(value: exp.Expr, pattern: str) -> exp.Expr:
 
     i = 0
     while i < len(pattern):
-        fm = pattern.startswith("FM", i) and i + 2 < len(pattern)
+        fm = pattern[i:i + 2].upper() == "FM" and i + 2 < len(pattern)
         j = i + 2 if fm else i
         if pattern[j] == '"':  # quoted text, as PostgreSQL: copied as it is
             end = pattern.find('"', j + 1)
             end = len(pattern) if end < 0 else end
-            literal.append(pattern[j + 1:end])
+            if end > j + 1:
+                literal.append(pattern[j + 1:end])
             i = end + 1
             continue
         token = next((t for t in _TOKENS if pattern.startswith(t, j)), None)
@@ -239,6 +290,9 @@ def timestamp_to_char(value: exp.Expr, pattern: str) -> exp.Expr:
             literal.append(pattern[i])
             i += 1
             continue
+        if token in _UNSUPPORTED:
+            raise SqlError(f"to_char pattern {token!r} (in {pattern!r}) is not supported; write it as text in "
+                           'double quotes if it is meant literally ("...")')
         i = j + len(token)
         if token in _JAVA:
             flush_literal()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import uuid
@@ -19,6 +20,7 @@ from sparkwave.core.spark import acquire_spark, configure, release_spark
 from sparkwave.frontend import dml, show
 from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.ddl import Ddl
+from sparkwave.frontend.postgres import untyped_to_spark
 from sparkwave.frontend.sink_ddl import SinkDdl
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
@@ -258,6 +260,13 @@ class Session:
         if stmt.args["kind"] == "sink":
             self.sink_ddl.drop(stmt.args["name"], stmt.args["if_exists"], f" (at {stmt.where(stmt.args['name'])})")
             return
+        if stmt.args.get("cascade") and self.catalog.relation(stmt.args["name"]) is not None:
+            for kind, name in self.ddl.dependents(stmt.args["name"]):  # deepest first
+                if kind == "sink":
+                    self.sink_ddl.drop(name, if_exists=True)
+                else:
+                    self.ddl.drop(dataclasses.replace(stmt, args={**stmt.args, "kind": "mv", "name": name,
+                                                                  "if_exists": True}))
         self.ddl.drop(stmt)
 
     def _do_create_sink(self, stmt: Statement) -> None:
@@ -316,7 +325,7 @@ class Session:
                 if not t.alias:
                     t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
                 t.set("this", exp.to_identifier(view))
-            return self.spark.sql(ast.sql(dialect="spark"))
+            return self.spark.sql(untyped_to_spark(ast))
         except SparkwaveError:
             raise
         except Exception as e:

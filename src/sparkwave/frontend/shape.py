@@ -14,18 +14,21 @@ _NON_DETERMINISTIC = {exp.Rand: ("random", "rand"), exp.CurrentTimestamp: ("now"
 
 
 def check_shape(stmt: Statement, q: exp.Select) -> None:
-    """Refuse ORDER BY / LIMIT / OFFSET (a group top-n), WITH, QUALIFY, OVER, aggregate FILTER and
-    non-deterministic functions, naming the clause."""
-    for arg, clause in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+    """Refuse LIMIT / OFFSET left by `rewrite` (it makes ORDER BY ... LIMIT a window), WITH in a
+    subquery, QUALIFY, OVER outside the SELECT list and non-deterministic functions, naming the
+    clause."""
+    for arg, clause in (("limit", "LIMIT"), ("offset", "OFFSET")):
         if q.args.get(arg):
-            raise stmt.error(f"unsupported clause {clause} in a materialized view: it needs a group top-n, "
-                             "which is not supported", clause)
-    for arg, clause in (("with", "WITH"), ("qualify", "QUALIFY")):
-        if q.args.get(arg):
-            raise stmt.error(f"unsupported clause {clause} in a materialized view", clause)
-    if q.find(exp.Window):
-        raise stmt.error("unsupported window function (OVER ...) in a materialized view; time windows are the "
-                         "TUMBLE and HOP table functions", "OVER")
+            raise stmt.error(f"unsupported clause {clause} in a materialized view: ORDER BY ... {clause} needs a "
+                             "group top-n, which is not supported", clause)
+    if q.args.get("with_") or q.args.get("with"):
+        raise stmt.error("unsupported WITH inside a subquery of a materialized view; move it to the top", "WITH")
+    if q.args.get("qualify"):
+        raise stmt.error("unsupported clause QUALIFY in a materialized view", "QUALIFY")
+    for w in q.find_all(exp.Window):
+        if w.find_ancestor(exp.Select) is q and not _in_select_list(w, q):
+            raise stmt.error("a window function (OVER ...) may only be in the SELECT list; filter on it in an "
+                             "enclosing query", "OVER")
     if q.find(exp.Filter):
         raise stmt.error("unsupported aggregate FILTER (WHERE ...) in a materialized view; use CASE WHEN inside "
                          "the aggregate", "FILTER")
@@ -34,3 +37,9 @@ def check_shape(stmt: Statement, q: exp.Select) -> None:
         typed = next((w for w in words if stmt.where(w) != stmt.where()), words[0])
         raise stmt.error(f"non-deterministic function {typed}() is not allowed in a materialized view: its "
                          "result would differ between the backfill and the live updates", typed)
+
+
+def _in_select_list(node: exp.Expr, q: exp.Select) -> bool:
+    while node.parent is not None and node.parent is not q:
+        node = node.parent
+    return node.parent is q and node.arg_key == "expressions"

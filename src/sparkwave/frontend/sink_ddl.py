@@ -110,6 +110,9 @@ class SinkDdl:
         if mv.kind == "source":
             raise stmt.error(f"{upstream!r} is a source, which stores nothing: create a materialized view over it "
                              "and a sink from that, or CREATE SINK ... AS SELECT", upstream)
+        if mv.state == "failed":
+            raise CatalogError(f"cannot create sink {name!r} on {upstream!r}: it is stopped, out of the pipeline "
+                               f"(SHOW JOBS says why) (at {stmt.where(upstream)})")
         if mv.state != "created":
             raise CatalogError(f"cannot create sink {name!r} on {upstream!r}: it is still being created; WAIT "
                                f"for it first (at {stmt.where(upstream)})")

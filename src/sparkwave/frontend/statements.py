@@ -166,21 +166,26 @@ def classify(text: str, line: int, col: int) -> Statement:
         stmt = _create_table(base, "CREATE TABLE" + text[m.end():])
         return Statement(text, line, col, "create_source", stmt.ast, stmt.args)
     m = re.match(r"CREATE\s+MATERIALIZED\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME
-                 + r"\s*(WITH\s*\((.*?)\)\s*)?AS\s+(.*)$", text, re.IGNORECASE | re.DOTALL)
+                 + r"\s*(?:\(([^()]*)\)\s*)?(WITH\s*\((.*?)\)\s*)?AS\s+(.*)$", text, re.IGNORECASE | re.DOTALL)
     if m:
-        options = parse_options(text, m.group(4)) if m.group(3) else {}
-        query = _parse_sql(base, m.group(5))
+        options = parse_options(text, m.group(5)) if m.group(4) else {}
+        query = _parse_sql(base, m.group(6))
+        columns = [c.strip().strip('"').lower() for c in m.group(3).split(",")] if m.group(3) is not None else []
+        if any(not re.fullmatch(r"[a-z_][a-z0-9_]*", c) for c in columns):
+            raise base.error(f"bad column list ({m.group(3)}) of materialized view {m.group(2)}: expected names "
+                             "separated by commas", "(")
         return Statement(text, line, col, "create_mv", query,
                          {"name": m.group(2).lower(), "if_not_exists": bool(m.group(1)), "options": options,
-                          "query": m.group(5)})
+                          "query": m.group(6), "columns": columns})
     if re.match(r"CREATE\s+SINK\b", text, re.IGNORECASE):
         return _create_sink(base)
-    m = re.fullmatch(r"DROP\s+(TABLE|SOURCE|SINK|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME, text,
-                     re.IGNORECASE)
+    m = re.fullmatch(r"DROP\s+(TABLE|SOURCE|SINK|MATERIALIZED\s+VIEW)\s+(IF\s+EXISTS\s+)?" + _NAME
+                     + r"(\s+(?:CASCADE|RESTRICT))?", text, re.IGNORECASE)
     if m:
         kind = {"TABLE": "table", "SOURCE": "source", "SINK": "sink"}.get(m.group(1).upper(), "mv")
         return Statement(text, line, col, "drop", args={"kind": kind, "name": m.group(3).lower(),
-                                                        "if_exists": bool(m.group(2))})
+                                                        "if_exists": bool(m.group(2)),
+                                                        "cascade": (m.group(4) or "").strip().upper() == "CASCADE"})
     ast = _parse_sql(base, text)
     if isinstance(ast, exp.Insert):
         return Statement(text, line, col, "insert", ast)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from py4j.protocol import Py4JError
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 
 from sparkwave.connectors.base import ERROR, RAW
@@ -30,7 +32,7 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import with_vnode
 from sparkwave.core.crash import crash_point
 from sparkwave.core.epoch import next_epoch
-from sparkwave.core.errors import PipelineError
+from sparkwave.core.errors import CatalogError, PipelineError, SparkwaveError
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
@@ -59,6 +61,21 @@ class RelationFailed(PipelineError):
     def __init__(self, message: str, relation: str, kind: str, epoch: int, cause: str) -> None:
         super().__init__(message)
         self.relation, self.kind, self.epoch, self.cause = relation, kind, epoch, cause
+
+
+def _deterministic(err: BaseException | None) -> bool:
+    """An error that evaluating the MV's query raises on this data, and will again: Spark's errors
+    in the query (a `raise_error`, a failed analysis), Arrow's and Python's value errors. Not one of
+    the machine's (memory, disk, network, a stopped Spark): those stop the pipeline until fixed
+    rather than take MVs out of it for good."""
+    if isinstance(err, (MemoryError, OSError, Py4JError)):
+        return False
+    if isinstance(err, pa.ArrowException):
+        return not isinstance(err, (pa.ArrowMemoryError, pa.ArrowIOError))
+    if isinstance(err, CapturedException):
+        text = str(err)
+        return not any(m in text for m in ("OutOfMemory", "SparkContext", "shut down", "Connection"))
+    return isinstance(err, (SparkwaveError, ArithmeticError, ValueError, TypeError, KeyError, IndexError))
 
 
 @dataclass
@@ -210,13 +227,16 @@ class BarrierLoop:
         """Count a failed attempt. An MV that failed `MAX_ATTEMPTS` in a row is isolated and the
         epoch retried at once without it (True); otherwise the loop backs off, and `flush()`
         reports the error once it persists."""
-        if isinstance(e, RelationFailed) and e.kind == "mv":
+        if isinstance(e, RelationFailed) and e.kind == "mv" and _deterministic(e.__cause__):
             self._failing[e.relation] = self._failing.get(e.relation, 0) + 1
             if self._failing[e.relation] >= MAX_ATTEMPTS:
-                self._isolate(e)
-                self._failing.clear()
-                self.failures, self.error = 0, None
-                return True
+                try:
+                    self._isolate(e)
+                    self._failing.clear()
+                    self.failures, self.error = 0, None
+                    return True
+                except Exception:  # the loop goes on: the epoch is retried and fails again
+                    log.exception("could not take materialized view %r out of the pipeline", e.relation)
         self.failures += 1
         self.error, self.error_at = e, time.time()
         with self._committed:
@@ -247,7 +267,10 @@ class BarrierLoop:
         for r in rels:
             if r.name in stopped and r.state == "creating" and self.jobs is not None \
                     and (job := self.rt.catalog.job_of(r.name)) is not None:
-                self.jobs.cancel(job.id, wait=False)
+                try:
+                    self.jobs.cancel(job.id, wait=False)
+                except CatalogError:  # it finished or went meanwhile
+                    pass
 
     def flush(self) -> int:
         """Return once an epoch that read its input after this call began has committed (so it holds

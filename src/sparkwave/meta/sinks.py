@@ -211,6 +211,13 @@ class SinkWorker:
 
     def _deliver(self, target: SinkTarget, job: JobRow, budget: float) -> int | None:
         """The next epochs' change after the sink's position; None when there is nothing new."""
+        mv = self.rt.catalog.relation(self.mv.name)
+        if mv is not None and mv.state == "failed":  # its log ends: delivering nothing would look healthy
+            stopped = (f"stopped: materialized view {mv.name!r} is out of the pipeline (SHOW JOBS says why); "
+                       f"DROP SINK {self.row.name}, then create both again")
+            if job.error != stopped:
+                self.rt.catalog.set_job_error(job.id, stopped)
+            return None
         after = job.consumed_epoch or 0
         committed = self.rt.catalog.committed_epoch()
         if committed <= after:

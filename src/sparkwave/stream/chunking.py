@@ -4,7 +4,8 @@ One scan, the **driving** scan, reads its upstream's snapshot a vnode range at a
 scan reads its whole snapshot. That is exact when each output row (and each state row) of the
 operators between the driving scan and the lowest aggregate above it comes from exactly one
 driving row, so that the chunks' outputs add up to the whole:
-- a projection or a window maps each row on its own;
+- a projection or a time window maps each row on its own (a window function does not: a tree
+  with one between the scan and the aggregate does not chunk by that scan);
 - a join is linear in a side it joins inner, or preserves (a LEFT join's left, a RIGHT join's
   right): that side's state rows are split among the chunks, and the other side (the join never
   NULL-pads its missing rows from this one) is evaluated once, in the first chunk, whose state
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
+from sparkwave.stream.over import OverWindow
 from sparkwave.stream.scan import Scan
 
 PARTIAL = "#partial"  # a chunk's files of an aggregate's partials (`<table>#partial`), added up by the merge
@@ -67,6 +69,8 @@ def _plan(scan: Scan, ancestors: list[Operator]) -> ChunkPlan | None:
     for op in reversed(ancestors):
         if isinstance(op, Aggregate):
             return ChunkPlan(scan, op, tuple(handed))
+        if isinstance(op, OverWindow):
+            return None  # a row's window value depends on the other driving rows of its partition
         if isinstance(op, Join):
             on_left = op.left is child
             if op.join_type == "full" or op.join_type == ("right" if on_left else "left"):

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema
-from sparkwave.core.zset import W, distinct, net, with_weight
+from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
 
 JoinType = Literal["inner", "left", "right", "full"]
@@ -118,7 +118,7 @@ class Join(Operator):
         l_old = states.lookup(self.left_state, lk, keys).select(left_schema.names).cast(left_schema)
         r_old = states.lookup(self.right_state, rk, keys.rename_columns(rk)).select(right_schema.names) \
             .cast(right_schema)
-        l_new, r_new = _apply(l_old, dl), _apply(r_old, dr)
+        l_new, r_new = apply_zset(l_old, dl), apply_zset(r_old, dr)
         states.stage(self.left_state, dl)
         states.stage(self.right_state, dr)
         before, after = self._join(l_old, r_old), self._join(l_new, r_new)
@@ -169,10 +169,3 @@ def _has_null_key(t: pa.Table, keys: list[str]) -> pa.ChunkedArray:
     for k in keys[1:]:
         mask = pc.or_(mask, pc.is_null(t[k]))
     return mask
-
-
-def _apply(old: pa.Table, delta: pa.Table) -> pa.Table:
-    """A side's rows after the epoch: its rows before plus the epoch's Z-set."""
-    both = net(pa.concat_tables([with_weight(old, 1), delta.select(old.column_names + [W]).cast(
-        with_weight(old, 1).schema)]))
-    return both.filter(pc.greater(both[W], 0)).drop_columns([W])

@@ -8,13 +8,15 @@ and the state tables of a tree.
   table per side arranged by join key.
 - `Aggregate` (`stream/aggregate.py`): GROUP BY with count/sum/avg/min/max/count distinct, a state
   table of partials per group and, for min/max/count distinct, one of value counts per (group, value).
+- `OverWindow` (`stream/over.py`): window functions (`... OVER (PARTITION BY ... ORDER BY ...)`),
+  with a state table of its input's rows arranged by partition.
 
 The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`); `Dataflow`
 (`stream/dataflow.py`) drives a tree per epoch and from a snapshot.
 
 Stored JSON, per operator (warehouses keep it, so it does not change):
 `{"id", "op", "columns": [[name, type]...], "key", "inputs": [...]}` plus the operator's own fields,
-`op` being "scan" | "project" | "join" | "agg"."""
+`op` being "scan" | "project" | "join" | "agg" | "over"."""
 
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ from sparkwave.core.schema import Schema
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
+from sparkwave.stream.over import OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
 
-OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate)}
+OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow)}
 
 
 def from_json(d: dict[str, Any]) -> Operator:
@@ -43,7 +46,8 @@ def from_json(d: dict[str, Any]) -> Operator:
 def state_schemas(root: Operator) -> dict[str, Schema]:
     """The state tables of a tree by suffix, inputs first: `j<id>l` / `j<id>r` per join side (its
     rows, keyed by join key first), `a<id>` per aggregate (partials per group) and `a<id>v<n>` per
-    value an aggregate counts per group (for min, max, count distinct)."""
+    value an aggregate counts per group (for min, max, count distinct), `w<id>` per window operator
+    (its input's rows, keyed by partition first)."""
     return {suffix: schema for op in root.walk() for suffix, schema in op.state_tables().items()}
 
 

@@ -1,0 +1,236 @@
+"""Rewrites of an MV's query into the forms the planner plans, each with PostgreSQL's meaning:
+
+- `WITH name AS (...)`: each reference to a CTE becomes that subquery (a CTE used twice is planned
+  twice; later CTEs may use earlier ones);
+- `agg(x) FILTER (WHERE c)`: `agg(CASE WHEN c THEN x END)` (`count(*)` counts `CASE WHEN c THEN 1
+  END`): aggregates skip NULLs, so the rows failing `c` add nothing;
+- `ORDER BY` without `LIMIT`/`OFFSET`: dropped, as RisingWave does (an MV's rows have no order;
+  read them with `ORDER BY`);
+- `ORDER BY ... LIMIT n [OFFSET m]`: the rows whose `row_number() OVER (ORDER BY ...)` is in
+  (m, m + n], a window over the query (ORDER BY terms it does not select become hidden columns);
+- `SELECT DISTINCT ON (e...) ... ORDER BY ...`: the rows whose `row_number() OVER (PARTITION BY
+  e... ORDER BY ...)` is 1;
+- `bool_and(x)` / `every(x)` / `bool_or(x)`: counts of the false (true) values, which sums keep
+  exact under deletes: `CASE WHEN count(x) = 0 THEN NULL ELSE sum(CASE WHEN x THEN 0 ELSE 1
+  END) = 0 END`;
+- `min(DISTINCT x)` / `max(DISTINCT x)`: `min(x)` / `max(x)` (the same value);
+- subqueries outside FROM: joins (`subqueries.py`)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sparkwave.core.errors import SqlError
+from sparkwave.frontend.subqueries import HIDDEN_PREFIX, unnest
+
+
+def rewrite(query: exp.Expr) -> exp.Expr:
+    query = _inline_ctes(query.copy())
+    for f in list(query.find_all(exp.Filter)):
+        if isinstance(f.this, exp.AggFunc):
+            f.replace(_filtered(f.this, f.expression.this))
+    for sel in reversed(list(query.find_all(exp.Select))):  # innermost first: an outer one copies them
+        distinct = sel.args.get("distinct")
+        if distinct is not None and distinct.args.get("on") is not None:
+            query = _replace(query, sel, _distinct_on(sel))
+        elif sel.args.get("limit") or sel.args.get("offset"):
+            query = _replace(query, sel, _top_n(sel))
+        elif sel.args.get("order"):
+            sel.set("order", None)
+    for node in list(query.find_all(exp.LogicalAnd, exp.LogicalOr, exp.Anonymous, exp.Min, exp.Max)):
+        if isinstance(node, exp.Min | exp.Max) and isinstance(node.this, exp.Distinct) \
+                and len(node.this.expressions) == 1:
+            node.set("this", node.this.expressions[0])
+        elif isinstance(node, exp.LogicalAnd | exp.LogicalOr) or (
+                isinstance(node, exp.Anonymous) and node.name.lower() == "every" and len(node.expressions) == 1):
+            arg = node.this if not isinstance(node, exp.Anonymous) else node.expressions[0]
+            new = _bool_agg(arg, every=not isinstance(node, exp.LogicalOr))
+            if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":  # PostgreSQL's name
+                new = exp.alias_(new, node.name.lower() if isinstance(node, exp.Anonymous) else
+                                 "bool_or" if isinstance(node, exp.LogicalOr) else "bool_and")
+            node.replace(new)
+    return unnest(query)
+
+
+def _bool_agg(arg: exp.Expr, every: bool) -> exp.Expr:
+    """`bool_and` (`every`) / `bool_or` of `arg` from a count and a sum, both kept exact by deletes."""
+    counted = exp.Case(ifs=[exp.If(this=arg.copy(), true=exp.Literal.number(0 if every else 1)),
+                            exp.If(this=exp.Not(this=arg.copy()), true=exp.Literal.number(1 if every else 0))])
+    hits = exp.Sum(this=counted)  # NULLs count in neither
+    test = exp.EQ(this=hits, expression=exp.Literal.number(0)) if every else \
+        exp.GT(this=hits, expression=exp.Literal.number(0))
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=exp.EQ(this=exp.Count(this=arg.copy()),
+                                                           expression=exp.Literal.number(0)), true=exp.Null())],
+                                   default=test))
+
+
+def _inline_ctes(query: exp.Expr) -> exp.Expr:
+    key = "with_" if "with_" in query.args else "with"  # sqlglot 30 names it `with_`
+    with_ = query.args.get(key)
+    if with_ is None:
+        return query
+    if with_.args.get("recursive"):
+        raise SqlError("WITH RECURSIVE is not supported in a materialized view")
+    query.set(key, None)
+    ctes: dict[str, exp.Expr] = {}
+    for cte in with_.expressions:
+        body = _inline(_inline_ctes(cte.this), ctes)
+        name = cte.alias_or_name.lower()
+        if cte.args.get("alias") is not None and cte.args["alias"].columns:
+            raise SqlError(f"a column list on CTE {name!r} is not supported; alias the columns in its SELECT")
+        if name in ctes:
+            raise SqlError(f"WITH query name {name!r} specified more than once")
+        ctes[name] = body
+    return _inline(query, ctes)
+
+
+def _inline(query: exp.Expr, ctes: dict[str, exp.Expr]) -> exp.Expr:
+    for t in list(query.find_all(exp.Table)):
+        if isinstance(t.this, exp.Anonymous) and t.this.expressions and isinstance(
+                first := t.this.expressions[0], exp.Column) and first.name.lower() in ctes:
+            raise SqlError(f"{t.this.name.upper()} over CTE {first.name!r} is not supported; window a table or a "
+                           "materialized view, or put the CTE's query in an MV first")
+        body = ctes.get(t.name.lower()) if isinstance(t.this, exp.Identifier) and not t.args.get("db") else None
+        if t.alias_or_name and isinstance(t.args.get("alias"), exp.TableAlias) and t.args["alias"].columns \
+                and body is not None:
+            raise SqlError(f"column aliases on {t.name!r} ({t.alias}(...)) are not supported; alias the columns in "
+                           "the CTE's SELECT")
+        if body is not None:
+            t.replace(exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(
+                t.alias or t.name))))
+    return query
+
+
+def _filtered(agg: exp.AggFunc, cond: exp.Expr) -> exp.Expr:
+    agg = agg.copy()
+    arg = agg.this
+    distinct = isinstance(arg, exp.Distinct)
+    if distinct and len(arg.expressions) != 1:
+        raise SqlError(f"{agg.sql(dialect='postgres')} FILTER (...): an aggregate of several DISTINCT columns is "
+                       "not supported")
+    value = arg.expressions[0] if distinct else arg
+    if isinstance(agg, exp.Count) and (value is None or isinstance(value, exp.Star)):
+        gated: exp.Expr = exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))])
+    else:
+        gated = exp.Case(ifs=[exp.If(this=cond.copy(), true=value.copy())])
+    if distinct:
+        arg.set("expressions", [gated])
+    else:
+        agg.set("this", gated)
+    return agg
+
+
+def _replace(query: exp.Expr, old: exp.Expr, new: exp.Expr) -> exp.Expr:
+    if old is query:
+        return new
+    old.replace(new)
+    return query
+
+
+def _count(node: exp.Expr | None, clause: str) -> int | None:
+    """A LIMIT's or OFFSET's row count: a non-negative integer literal (None: no limit)."""
+    if node is None:
+        return None
+    value = node.args.get("expression") or node.this
+    if isinstance(value, exp.Null):
+        return None
+    if not isinstance(value, exp.Literal) or value.is_string or not value.name.isdigit():
+        raise SqlError(f"{clause} in a materialized view must be a non-negative integer constant, got "
+                       f"{value.sql(dialect='postgres')}")
+    return int(value.name)
+
+
+def _item_name(e: exp.Expr) -> str | None:
+    if isinstance(e, exp.Alias):
+        return e.alias.lower()
+    return e.name.lower() if isinstance(e, exp.Column) and not isinstance(e.this, exp.Star) else None
+
+
+def _is_star(e: exp.Expr) -> bool:
+    return isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+
+
+def _order_term(sel: exp.Select, e: exp.Expr, clause: str) -> exp.Expr:
+    """An ORDER BY (or DISTINCT ON) term as an expression of `sel`'s FROM items: a position or an
+    output name becomes the SELECT item it names."""
+    items = sel.expressions
+    if isinstance(e, exp.Literal) and not e.is_string:
+        idx = int(e.name) - 1
+        if not 0 <= idx < len(items) or _is_star(items[idx]):
+            raise SqlError(f"{clause} position {e.name} is not in the select list")
+        item = items[idx]
+        return (item.unalias() if isinstance(item, exp.Alias) else item).copy()
+    if isinstance(e, exp.Column) and not e.table:
+        named = [i for i in items if isinstance(i, exp.Alias) and i.alias.lower() == e.name.lower()]
+        if named:
+            return named[0].unalias().copy()
+    return e.copy()
+
+
+def _top_n(sel: exp.Select) -> exp.Select:
+    """`sel` with `ORDER BY ... LIMIT n OFFSET m` as a filter on a row number over its rows."""
+    n, m = _count(sel.args.get("limit"), "LIMIT"), _count(sel.args.get("offset"), "OFFSET") or 0
+    order = sel.args["order"].expressions if sel.args.get("order") else []
+    inner = sel.copy()
+    for arg in ("limit", "offset", "order"):
+        inner.set(arg, None)
+    names = {_item_name(e) for e in inner.expressions} - {None}
+    star = any(_is_star(e) for e in inner.expressions)
+    terms = []
+    for k, o in enumerate(order):
+        e = o.this
+        if isinstance(e, exp.Literal) and not e.is_string:
+            idx = int(e.name) - 1
+            if not 0 <= idx < len(inner.expressions) or _is_star(inner.expressions[idx]):
+                raise SqlError(f"ORDER BY position {e.name} is not in the select list")
+            name = _item_name(inner.expressions[idx])
+            if name is None:  # an unnamed expression: ordered by a hidden copy of it
+                name = f"{HIDDEN_PREFIX}o{k}"
+                inner.append("expressions", exp.alias_(inner.expressions[idx].copy(), name))
+            ref: exp.Expr = exp.column(name)
+        elif isinstance(e, exp.Column) and not e.table and (e.name.lower() in names or star):
+            ref = exp.column(e.name)
+        elif inner.args.get("distinct") is not None:
+            raise SqlError(f"for SELECT DISTINCT, ORDER BY expressions must appear in the select list: "
+                           f"{e.sql(dialect='postgres')}")
+        else:
+            name = f"{HIDDEN_PREFIX}o{k}"
+            inner.append("expressions", exp.alias_(e.copy(), name))
+            ref = exp.column(name)
+        term = o.copy()
+        term.set("this", ref)
+        terms.append(term)
+    rn = f"{HIDDEN_PREFIX}rn"
+    window = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=terms) if terms else None)
+    numbered = exp.select(exp.Star(), exp.alias_(window, rn)).from_(
+        exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"{HIDDEN_PREFIX}top"))))
+    bounds: list[exp.Expr] = []
+    if m:
+        bounds.append(exp.GT(this=exp.column(rn), expression=exp.Literal.number(m)))
+    if n is not None:
+        bounds.append(exp.LTE(this=exp.column(rn), expression=exp.Literal.number(m + n)))
+    out = exp.select(exp.Star()).from_(exp.Subquery(this=numbered, alias=exp.TableAlias(
+        this=exp.to_identifier(f"{HIDDEN_PREFIX}topn"))))
+    return out.where(exp.and_(*bounds)) if bounds else out
+
+
+def _distinct_on(sel: exp.Select) -> exp.Select:
+    """`SELECT DISTINCT ON (e...) ... ORDER BY ...` as the first row of each `e...` in that order."""
+    if sel.args.get("group") or sel.args.get("having") or any(e.find(exp.AggFunc) for e in sel.expressions):
+        raise SqlError("SELECT DISTINCT ON with GROUP BY or aggregates is not supported; aggregate in a subquery")
+    if sel.args.get("limit") or sel.args.get("offset"):
+        raise SqlError("SELECT DISTINCT ON with LIMIT / OFFSET is not supported; put the DISTINCT ON in a subquery")
+    on = sel.args["distinct"].args["on"]
+    keys = [_order_term(sel, e, "DISTINCT ON") for e in (on.expressions if isinstance(on, exp.Tuple) else [on])]
+    order = [o.copy() for o in (sel.args["order"].expressions if sel.args.get("order") else [])]
+    for o in order:
+        o.set("this", _order_term(sel, o.this, "ORDER BY"))
+    inner = sel.copy()
+    inner.set("distinct", None)
+    inner.set("order", None)
+    rn = f"{HIDDEN_PREFIX}rn"
+    window = exp.Window(this=exp.RowNumber(), partition_by=keys, order=exp.Order(expressions=order) if order else None)
+    inner.append("expressions", exp.alias_(window, rn))
+    return exp.select(exp.Star()).from_(exp.Subquery(this=inner, alias=exp.TableAlias(
+        this=exp.to_identifier(f"{HIDDEN_PREFIX}don")))).where(exp.EQ(this=exp.column(rn),
+                                                                          expression=exp.Literal.number(1)))
