@@ -343,6 +343,7 @@ def test_not_in_and_scalar_subqueries(session):
                      ("insert", "u", [(1, 2), (2, 3)])])
     mvs = {"not_in": "SELECT id, x FROM t WHERE x NOT IN (SELECT y FROM u)",
            "above_avg": "SELECT id FROM t WHERE x > (SELECT avg(y) FROM u)",
+           "any_count": "SELECT id FROM t WHERE id = ANY (SELECT count(*) FROM u GROUP BY y IS NULL)",  # int, bigint
            "with_total": "SELECT id, x, (SELECT count(*) FROM u) AS n, (SELECT max(y) FROM u) FROM t",
            "over_min": "SELECT g, sum(x) AS s, (SELECT sum(y) FROM u) AS uy FROM t GROUP BY g "
                      "HAVING sum(x) >= (SELECT min(y) FROM u)"}
@@ -375,9 +376,10 @@ def test_window_functions_and_top_n(session):
                      "sum(w) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s2 FROM t",
            "running": "SELECT id, g, sum(v) OVER (PARTITION BY g ORDER BY id) AS run, count(*) OVER (PARTITION BY g) "
                       "AS n, lag(v) OVER (PARTITION BY g ORDER BY id) AS prev, lead(v, 1) OVER (PARTITION BY g "
-                      "ORDER BY id) AS nxt FROM t WHERE v IS NOT NULL OR id > 3",
+                      "ORDER BY id) AS nxt, last_value(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED "
+                      "PRECEDING AND UNBOUNDED FOLLOWING) AS lv FROM t WHERE v IS NOT NULL OR id > 3",
            "global_top": "SELECT id, v FROM t ORDER BY v DESC NULLS LAST, id LIMIT 3",
-           "top_offset": "SELECT g, sum(w) AS s FROM t GROUP BY g ORDER BY s DESC, g LIMIT 2 OFFSET 1",
+           "top_offset": "SELECT g, sum(w) AS s FROM t GROUP BY g ORDER BY s DESC, g OFFSET 1 FETCH FIRST 2 ROWS ONLY",
            "first_per_g": "SELECT DISTINCT ON (g) g, id, v FROM t ORDER BY g, v DESC NULLS LAST, id"}
     create(s, model, mvs)
     assert [f.name for f in s.table("ranked").schema.fields] == ["id", "g", "r", "dr", "row_number", "s2"]

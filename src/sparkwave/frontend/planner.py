@@ -50,8 +50,11 @@ from sparkwave.stream.scan import Scan, Window
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 _JOIN_TYPES: dict[str, JoinType] = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
-# window functions whose value depends on the order of tied rows: the planner orders ties by row key
-_ROW_ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue, exp.Ntile)
+# window functions whose value depends on the order of tied rows and not on a frame: the planner
+# orders ties by row key (as in any explicit ROWS frame)
+_ROW_ORDERED = (exp.RowNumber, exp.Lag, exp.Lead, exp.Ntile)
+# ... and those whose default frame (RANGE ... CURRENT ROW: the current row's peers) that order would change
+_FRAMED = (exp.FirstValue, exp.LastValue, exp.NthValue)
 _UNIT_SECONDS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
                  "day": 86400, "days": 86400}
 
@@ -214,10 +217,21 @@ class Planner:
                 raise self.err(f"unsupported condition {both[0].sql(dialect='postgres')} in the ON clause of an "
                                "outer join: besides equalities between the two sides, a condition there may "
                                "use the columns of one side only", "ON")
-            for a, b in zip(lk, rk, strict=True):
+            widen: tuple[dict[int, str], dict[int, str]] = ({}, {})  # key position -> type, per side
+            for i, (a, b) in enumerate(zip(lk, rk, strict=True)):
                 ta, tb = node.type_of(a), right.node.type_of(b)
-                if ta != tb:
+                if ta == tb:
+                    continue
+                common = self.common_numeric(ta, tb)
+                if common is None:
                     raise self.err(f"join key types differ: {ta} and {tb}; cast one side in a subquery", "JOIN")
+                for side, t in zip(widen, (ta, tb), strict=True):
+                    if t != common:
+                        side[i] = common
+            if widen[0]:  # as PostgreSQL compares an int with a bigint: both as the wider type
+                node, lk = self.cast_keys(node, lk, widen[0])
+            if widen[1]:
+                right.node, rk = self.cast_keys(right.node, rk, widen[1])
             if jtype in ("right", "full") and after:  # this join NULL-pads their columns: apply them first
                 node, after = self.filter(node, after, items), []
             if null_safe:  # before on_side: a key it sets to NULL must then match nothing
@@ -554,6 +568,22 @@ class Planner:
         exprs = [*[(n, f"`{n}`") for n in node.names], (gated, f"CASE WHEN {pred} THEN `{keys[0]}` END")]
         return self.project(node, exprs, None, node.key), [gated, *keys[1:]]
 
+    def common_numeric(self, a: str, b: str) -> str | None:
+        """The type two numeric join keys are compared as (Spark's, as `COALESCE(a, b)`), None unless
+        both are numeric."""
+        if not (SqlType(a).is_numeric and SqlType(b).is_numeric):
+            return None
+        df = self.spark.createDataFrame([], spark_ddl([("a", a), ("b", b)]))
+        return from_spark(df.selectExpr("coalesce(a, b) AS c").schema.fields[0].dataType).name
+
+    def cast_keys(self, node: Operator, keys: list[str], casts: dict[int, str]) -> tuple[Operator, list[str]]:
+        exprs = [(n, f"`{n}`") for n in node.names]
+        out = list(keys)
+        for i, t in casts.items():
+            out[i] = self.name("key")
+            exprs.append((out[i], f"CAST(`{keys[i]}` AS {SqlType(t).spark})"))
+        return self.project(node, exprs, None, node.key), out
+
     def null_safe_keys(self, node: Operator, keys: list[str], null_safe: set[int]) -> tuple[Operator, list[str]]:
         """Join keys where NULL matches NULL (`IS NOT DISTINCT FROM`): each such key becomes two
         that are never NULL, whether it is NULL and its value with NULL replaced by a constant."""
@@ -619,8 +649,12 @@ class Planner:
                                    if isinstance(p, exp.Column)])
                 w.set("partition_by", [exp.column(f"{HIDDEN_PREFIX}side", table=alias), *parts])
                 frame = w.args.get("spec")
-                if isinstance(w.this, _ROW_ORDERED) or (frame is not None and str(frame.args.get("kind", "")).upper()
-                                                        == "ROWS"):
+                rows_frame = frame is not None and str(frame.args.get("kind", "")).upper() == "ROWS"
+                if isinstance(w.this, _FRAMED) and not rows_frame:
+                    raise self.err(f"{w.this.sql_name().lower()}() needs an explicit ROWS frame in a materialized view "
+                                   "(e.g. ORDER BY ... ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING): "
+                                   "among rows tied in the order, its value would be arbitrary", "OVER")
+                if isinstance(w.this, _ROW_ORDERED) or rows_frame:
                     order = w.args.get("order") or exp.Order(expressions=[])
                     order.set("expressions", [*order.expressions, *[exp.Ordered(this=exp.column(
                         f"{HIDDEN_PREFIX}k{i}", table=alias), nulls_first=False) for i in range(len(node.key))]])

@@ -33,7 +33,7 @@ def rewrite(query: exp.Expr) -> exp.Expr:
         distinct = sel.args.get("distinct")
         if distinct is not None and distinct.args.get("on") is not None:
             query = _replace(query, sel, _distinct_on(sel))
-        elif sel.args.get("limit") or sel.args.get("offset"):
+        elif (sel.args.get("limit") or sel.args.get("offset")) and not _in_expression(sel):
             query = _replace(query, sel, _top_n(sel))
         elif sel.args.get("order"):
             sel.set("order", None)
@@ -103,6 +103,10 @@ def _inline(query: exp.Expr, ctes: dict[str, exp.Expr]) -> exp.Expr:
 
 def _filtered(agg: exp.AggFunc, cond: exp.Expr) -> exp.Expr:
     agg = agg.copy()
+    if isinstance(agg.this, exp.Order):  # string_agg(x, ',' ORDER BY y) FILTER (...): gate x, keep the order
+        ordered = agg.this
+        ordered.set("this", _filtered(exp.Max(this=ordered.this.copy()), cond).this)
+        return agg
     arg = agg.this
     distinct = isinstance(arg, exp.Distinct)
     if distinct and len(arg.expressions) != 1:
@@ -131,7 +135,14 @@ def _count(node: exp.Expr | None, clause: str) -> int | None:
     """A LIMIT's or OFFSET's row count: a non-negative integer literal (None: no limit)."""
     if node is None:
         return None
-    value = node.args.get("expression") or node.this
+    if isinstance(node, exp.Fetch):
+        options = node.args.get("limit_options")
+        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+            raise SqlError("FETCH ... WITH TIES / PERCENT is not supported in a materialized view; filter on "
+                           "rank() <= n in an enclosing query")
+        value = node.args.get("count") or exp.Literal.number(1)
+    else:
+        value = node.args.get("expression") or node.this
     if isinstance(value, exp.Null):
         return None
     if not isinstance(value, exp.Literal) or value.is_string or not value.name.isdigit():
@@ -234,3 +245,18 @@ def _distinct_on(sel: exp.Select) -> exp.Select:
     return exp.select(exp.Star()).from_(exp.Subquery(this=inner, alias=exp.TableAlias(
         this=exp.to_identifier(f"{HIDDEN_PREFIX}don")))).where(exp.EQ(this=exp.column(rn),
                                                                           expression=exp.Literal.number(1)))
+
+
+def _in_expression(sel: exp.Select) -> bool:
+    """Whether `sel` is a subquery in an expression (WHERE, SELECT list, HAVING), not a FROM item."""
+    node: exp.Expr = sel
+    while node.parent is not None:
+        parent = node.parent
+        if isinstance(parent, exp.Exists | exp.In | exp.Any | exp.All):
+            return True
+        if isinstance(parent, exp.Subquery) and not isinstance(parent.parent, exp.From | exp.Join):
+            return True
+        if isinstance(parent, exp.Subquery):
+            return False
+        node = parent
+    return False

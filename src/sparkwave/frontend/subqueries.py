@@ -28,6 +28,7 @@ from sqlglot import exp
 from sparkwave.core.errors import SqlError
 
 HIDDEN_PREFIX = "_sw_"  # the columns rewrites add: `SELECT *` does not list them
+_SUBQUERY = (exp.Subquery, exp.Exists, exp.Any, exp.All)  # nodes that may hold a subquery
 JOINED_PREFIX = "_sw_sq"  # the FROM items joined for subqueries (and window outputs): nor these
 
 
@@ -50,18 +51,18 @@ class _Unnester:
 
     def run(self) -> None:
         where = self.sel.args.get("where")
-        if where is not None and where.find(exp.Subquery, exp.Exists):
+        if where is not None and where.find(*_SUBQUERY):
             kept = []
             for c in conjuncts(where.this):
                 if (new := self.predicate(c)) is not None:
                     kept.append(new)
             self.sel.set("where", exp.Where(this=exp.and_(*kept, *self.conds)) if kept or self.conds else None)
             self.conds = []
-        if any(e.find(exp.Subquery, exp.Exists) for e in self.sel.expressions):
+        if any(e.find(*_SUBQUERY) for e in self.sel.expressions):
             self.sel.set("expressions", [self.scalars(_named(e), "the SELECT list", self.aggregated)
-                                         if e.find(exp.Subquery, exp.Exists) else e for e in self.sel.expressions])
+                                         if e.find(*_SUBQUERY) else e for e in self.sel.expressions])
         having = self.sel.args.get("having")
-        if having is not None and having.find(exp.Subquery, exp.Exists):
+        if having is not None and having.find(*_SUBQUERY):
             self.sel.set("having", exp.Having(this=self.scalars(having.this, "HAVING", True)))
 
     # --- WHERE ---------------------------------------------------------------------------------
@@ -74,6 +75,10 @@ class _Unnester:
         if isinstance(inner, exp.Exists):
             self.exists(inner.this, negated)
             return None
+        if isinstance(inner, exp.EQ) and isinstance(inner.expression, exp.Any) and \
+                isinstance(inner.expression.this, exp.Subquery | exp.Select):  # `x = ANY (...)` is IN
+            inner = exp.In(this=inner.this.copy(), query=exp.Subquery(this=_select_of(inner.expression.this,
+                                                                                         "ANY").copy()))
         if isinstance(inner, exp.In) and inner.args.get("query") is not None:
             self.in_(inner, negated)
             return None
@@ -165,6 +170,11 @@ class _Unnester:
     # --- scalar subqueries ---------------------------------------------------------------------
     def scalars(self, e: exp.Expr, where: str, aggregated: bool) -> exp.Expr:
         """`e` with each scalar subquery a column of a joined one-row aggregate."""
+        for quantified in e.find_all(exp.Any, exp.All):
+            if quantified.find(exp.Select):
+                raise SqlError(f"{quantified.key.upper()} (subquery) is not supported (in {where}); write x IN "
+                               "(SELECT ...) for = ANY, NOT EXISTS or a comparison with (SELECT max(...)) / "
+                               "(SELECT min(...)) for the others")
         for node in list(e.find_all(exp.Exists, exp.In)):
             if isinstance(node, exp.Exists) or node.args.get("query") is not None:
                 raise SqlError(f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN'} (subquery) in {where} is "
@@ -186,6 +196,10 @@ class _Unnester:
             self.join(value, alias, None)
             col: exp.Expr = exp.column(f"{alias}_v", table=alias)
             if aggregated and not _inside_aggregate(sub, e):
+                if not self.sel.args.get("group"):  # its one row would be lost with the last input row
+                    raise SqlError(f"a scalar subquery in {where} of an aggregate without GROUP BY is not supported; "
+                                   "join two one-row subqueries in FROM instead: SELECT a.n, b.m FROM (SELECT "
+                                   "count(*) AS n FROM t1) a, (SELECT count(*) AS m FROM t2) b")
                 col = exp.Max(this=col)
             if sub is e:
                 return col
@@ -250,6 +264,10 @@ def _select_of(sub: exp.Expr, what: str) -> exp.Select:
         return _select_of(body, what)
     if not isinstance(body, exp.Select):
         raise SqlError(f"unsupported {type(body).__name__} in {what}; expected SELECT")
+    limit = body.args.get("limit")
+    if what == "EXISTS" and not body.args.get("offset") and isinstance(limit, exp.Limit) and isinstance(
+            count := limit.args.get("expression"), exp.Literal) and count.name.isdigit() and int(count.name) >= 1:
+        body.set("limit", None)  # whether a row exists does not depend on how many are returned
     if body.args.get("limit") or body.args.get("offset"):
         raise SqlError(f"LIMIT / OFFSET in a subquery of {what} is not supported")
     return body

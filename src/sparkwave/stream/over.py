@@ -103,7 +103,8 @@ class OverWindow(Operator):
         return net(out)
 
     def _evaluate(self, io: EpochIO, rows: pa.Table) -> pa.Table:
-        df = io.spark.createDataFrame(rows)
+        df = io.spark.createDataFrame(rows.select([*self.input.names, SIDE]),
+                                      schema=f"{self.input.spark_ddl()}, `{SIDE}` int")  # the backfill's types
         return self._calls(df, keep_side=True).toArrow()
 
     def _calls(self, df: DataFrame, *, keep_side: bool) -> DataFrame:
