@@ -108,9 +108,8 @@ class OverWindow(Operator):
         return self._calls(df, keep_side=True).toArrow()
 
     def _calls(self, df: DataFrame, *, keep_side: bool) -> DataFrame:
-        out = df.selectExpr(*[f"`{n}`" for n in self.input.names], *([f"`{SIDE}`"] if keep_side else []),
-                            *[f"{e} AS `{n}`" for n, e in self.calls])
-        return out
+        return df.selectExpr(*[f"`{n}`" for n in self.input.names], *([f"`{SIDE}`"] if keep_side else []),
+                             *[f"{e} AS `{n}`" for n, e in self.calls])
 
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
@@ -120,4 +119,4 @@ class OverWindow(Operator):
 
 
 def _tagged(t: pa.Table, side: int) -> pa.Table:
-    return t.append_column(SIDE, pa.array([side] * t.num_rows, pa.int32()))
+    return t.append_column(SIDE, pa.repeat(pa.scalar(side, pa.int32()), t.num_rows))
