@@ -44,6 +44,7 @@ class TableModel:
     ddl: str  # DuckDB column list
     columns: list[str]
     key: list[str]  # empty = append-only
+    on_conflict: str = "overwrite"  # what an INSERT of a key the table holds does: | ignore | update_if_not_null
 
 
 class Model:
@@ -55,12 +56,13 @@ class Model:
         self.tables: dict[str, TableModel] = {}
         self.views: list[tuple[str, str]] = []
 
-    def table(self, name: str, ddl: str, columns: list[str], key: list[str], *, row_id: bool = False) -> None:
+    def table(self, name: str, ddl: str, columns: list[str], key: list[str], *, row_id: bool = False,
+              on_conflict: str = "overwrite") -> None:
         """`row_id`: a table without a primary key that still takes UPDATE and DELETE; rows get a
         hidden identity, as sparkwave's `_row_id`."""
         if row_id:
             ddl, columns, key = ddl + ", _rid BIGINT", [*columns, "_rid"], ["_rid"]
-        self.tables[name] = TableModel(name, ddl, columns, key)
+        self.tables[name] = TableModel(name, ddl, columns, key, on_conflict)
         self.db.execute(f"CREATE TABLE {name} ({ddl})")
         self._next_rid = 0
 
@@ -82,7 +84,7 @@ class Model:
             t = self.tables[st[1]]
             cols = ", ".join(t.columns)
             if st[0] == "insert":
-                intents[t.name] += [("up", self._fresh(t, tuple(r))) for r in st[2]]
+                intents[t.name] += [("ins", self._fresh(t, tuple(r))) for r in st[2]]
             elif st[0] == "update":
                 rows = self.db.execute(f"SELECT {', '.join(st[2].get(c, c) for c in t.columns)} FROM {t.name} "
                                        f"WHERE {st[3]}").fetchall()
@@ -102,7 +104,11 @@ class Model:
                 state = {tuple(r[i] for i in ki): r for r in current}
                 for op, r in its:
                     k = tuple(r[i] for i in ki)
-                    if op == "up":
+                    if op == "ins" and k in state and t.on_conflict == "ignore":
+                        continue
+                    if op == "ins" and k in state and t.on_conflict == "update_if_not_null":
+                        state[k] = tuple(old if new is None else new for old, new in zip(state[k], r, strict=True))
+                    elif op in ("ins", "up"):
                         state[k] = r
                     else:
                         state.pop(k, None)
@@ -196,6 +202,8 @@ def sql_literal(v) -> str:
         return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
     if isinstance(v, str):
         return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, bytes):
+        return f"'\\x{v.hex()}'"  # PostgreSQL's bytea hex input
     return str(v)
 
 

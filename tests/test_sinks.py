@@ -393,3 +393,34 @@ def test_null_keys_a_table_without_a_key_recreated_sinks_and_a_cancel_from_anoth
     while session.catalog.sink("n3") is not None:
         session.sinks.wait_moved(0.5)
     assert session.catalog.job(job) is None
+
+
+def test_bytea_reaches_postgres_and_kafka(session, postgres, kafka):
+    """bytea values as PostgreSQL's bytea (an auto-created column, updated and deleted) and as
+    base64 in Kafka JSON, RisingWave's encoding, which a Kafka table of sparkwave reads back."""
+    import base64
+
+    from tests.kafka_util import Topic
+    db, dsn = new_db(postgres)
+    topic = Topic(kafka.bootstrap, 1)
+    session.sql("CREATE TABLE b (k int, v bytea, PRIMARY KEY (k))")
+    session.sql("CREATE MATERIALIZED VIEW bm AS SELECT k, v FROM b")
+    session.sql(f"CREATE SINK bp FROM bm WITH ({pg_with(postgres, db)}, table = 'b_out', auto.create = 'true')")
+    session.sql(f"CREATE SINK bk FROM bm WITH (connector = 'kafka', properties.bootstrap.server = '{kafka.bootstrap}', "
+                f"topic = '{topic.name}') FORMAT UPSERT ENCODE JSON")
+    session.sql(r"INSERT INTO b VALUES (1, '\x00ff0a'), (2, '\x2c22'), (3, NULL), (4, '\xdead')")
+    session.flush()
+    session.sql(r"UPDATE b SET v = '\x0102' WHERE k = 2")
+    session.sql("DELETE FROM b WHERE k = 4")
+    last = session.flush()
+    wait_sink(session, "bp", last)
+    wait_sink(session, "bk", last)
+    want = multiset([(1, b"\x00\xff\x0a"), (2, b"\x01\x02"), (3, None)])
+    assert multiset((k, bytes(v) if v is not None else None) for k, v in pg_rows(dsn, "b_out", ["k", "v"])) == want
+    sent = [json.loads(m.value()) for m in read_topic(kafka.bootstrap, topic) if m.value() is not None]
+    assert {"k": 1, "v": base64.b64encode(b"\x00\xff\x0a").decode()} in sent
+    session.sql(f"CREATE TABLE back (k int, v bytea, PRIMARY KEY (k)) WITH (connector = 'kafka', "
+                f"topic = '{topic.name}', properties.bootstrap.server = '{kafka.bootstrap}', "
+                "scan.startup.mode = 'earliest') FORMAT UPSERT ENCODE JSON")
+    session.flush()
+    assert multiset((r["k"], r["v"] and bytes(r["v"])) for r in session.table("back").collect()) == want

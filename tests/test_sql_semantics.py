@@ -434,3 +434,89 @@ def test_string_agg_in_order_through_changes(session):
         check(s, model, epoch(s, model, batch), mvs)
     with pytest.raises(SqlError, match="string_agg\\(DISTINCT"):
         s.sql("CREATE MATERIALIZED VIEW bad AS SELECT g, string_agg(DISTINCT s, ',') FROM t GROUP BY g")
+
+
+def test_create_table_on_conflict(session):
+    """An INSERT of a key the table holds replaces its row (OVERWRITE), is dropped (DO NOTHING) or
+    fills in its non-NULL values (DO UPDATE IF NOT NULL), in statement order within an epoch, and
+    MVs over the tables follow (created over existing rows, then per epoch)."""
+    s, model = session, Model()
+    rules = {"keep": ("DO NOTHING", "ignore"), "fill": ("DO UPDATE IF NOT NULL", "update_if_not_null"),
+             "over": ("OVERWRITE", "overwrite")}
+    for name, (sql, rule) in rules.items():
+        s.sql(f"CREATE TABLE {name} (k INTEGER, a INTEGER, b VARCHAR, PRIMARY KEY (k)) ON CONFLICT {sql}")
+        model.table(name, "k INTEGER, a INTEGER, b VARCHAR", ["k", "a", "b"], ["k"], on_conflict=rule)
+
+    def each(*statements: tuple) -> list[tuple]:
+        return [(st[0], name, *st[1:]) for name in rules for st in statements]
+
+    epoch(s, model, each(("insert", [(1, 10, "x"), (2, 20, "y"), (2, 22, None)])))  # a key twice in one INSERT
+    mvs = {f"{t}_sum": f"SELECT count(*) AS n, sum(a) AS sa, max(b) AS mb FROM {t}" for t in rules}
+    create(s, model, mvs)
+    tables = dict.fromkeys(rules, "")
+    for batch in (each(("insert", [(1, None, "n"), (3, 30, None)]), ("insert", [(3, 31, "z")]),
+                       ("delete", "k = 2"), ("insert", [(2, 21, None)])),
+                  each(("update", {"a": "a + 1"}, "k = 1"), ("insert", [(1, None, None), (4, None, "w")])),
+                  each(("delete", "k = 1"), ("insert", [(1, 5, None)]), ("insert", [(1, None, "v")]))):
+        at = epoch(s, model, batch)
+        check(s, model, at, tables)
+        check(s, model, at, mvs)
+    assert sorted(rows_of(s.table("fill"))) == [(1, 5, "v"), (2, 21, None), (3, 31, "z"), (4, None, "w")]
+
+
+def test_values_and_constant_mvs(session):
+    """VALUES as a FROM item (joined, outer-joined, crossed as one row, in an IN list), a query that
+    is only VALUES, and a SELECT without FROM: built once, and the joins over them maintained."""
+    s, model = session, Model()
+    setup(s, model, [("t", "id INTEGER, g INTEGER, v INTEGER", ["id"])])
+    epoch(s, model, [("insert", "t", [(1, 1, 5), (2, 2, 7), (3, 2, None), (4, 3, 1)])])
+    mvs = {"const": "SELECT 1 AS one, 'a' AS s, 2.5 AS d, 7 / 2 AS q",
+           "vals": "VALUES (1, 'a'), (1, 'a'), (2, NULL)",
+           "named": "SELECT x, y FROM (VALUES (1, 'p'), (2, 'q'), (3, 'r')) AS v(x, y) WHERE x > 1",
+           "joined": "SELECT t.id, v.label FROM t JOIN (VALUES (1, 'one'), (2, 'two')) AS v(g, label) ON t.g = v.g",
+           "padded": "SELECT v.g, count(t.id) AS n, sum(t.v) AS sv FROM (VALUES (1), (2), (9)) AS v(g) "
+                   "LEFT JOIN t ON t.g = v.g GROUP BY v.g",
+           "scaled": "SELECT t.id, r.rate * t.v AS x FROM t, (VALUES (2)) AS r(rate)",
+           "in_list": "SELECT id FROM t WHERE g IN (SELECT c FROM (VALUES (1), (3)) AS q(c))"}
+    create(s, model, mvs)
+    for batch in ([("insert", "t", [(5, 9, 2), (6, 1, 3)])],
+                  [("update", "t", {"g": "g + 1"}, "id <= 3"), ("delete", "t", "id = 4")],
+                  [("delete", "t", "g = 9"), ("update", "t", {"v": "v * 10"}, "TRUE")]):
+        check(s, model, epoch(s, model, batch), mvs)
+
+
+def test_bytea_columns(session):
+    """bytea values through tables, group keys and join keys (DuckDB's BLOB as the oracle), and
+    PostgreSQL's bytea input and output forms."""
+    s, model = session, Model()
+    s.sql("CREATE TABLE b (k INTEGER, v BYTEA, g INTEGER, PRIMARY KEY (k))")
+    model.table("b", "k INTEGER, v BLOB, g INTEGER", ["k", "v", "g"], ["k"])
+    epoch(s, model, [("insert", "b", [(1, b"\xde\xad", 1), (2, b"abc", 1), (3, None, 2), (4, b"\xde\xad", 2),
+                                      (5, b"", 2)])])
+    mvs = {"groups": "SELECT v, count(*) AS n, sum(g) AS sg FROM b GROUP BY v",
+           "pairs": "SELECT x.k AS a, y.k AS c, x.v FROM b x JOIN b y ON x.v = y.v AND x.k < y.k",
+           "lens": "SELECT k, v, octet_length(v) AS n FROM b WHERE v IS NOT NULL"}
+    create(s, model, mvs)
+    for batch in ([("insert", "b", [(6, b"abc", 3), (7, b"\x00\xff", 3)]), ("delete", "b", "k = 1")],
+                  [("update", "b", {"g": "g + 10"}, "k >= 4"), ("insert", "b", [(2, b"\xde\xad", 1)])]):
+        check(s, model, epoch(s, model, batch), mvs)
+    s.sql(r"INSERT INTO b VALUES (9, 'a\\b\001', 0)")  # escape format: a backslash, an octal byte
+    s.flush()
+    s.sql("CREATE MATERIALIZED VIEW shown AS SELECT k, encode(v, 'hex') AS h, encode(v, 'base64') AS b64, "
+          r"v::text AS t, decode('0102', 'hex') AS d, '\x0a0b'::bytea AS c FROM b WHERE k IN (4, 9)")
+    assert sorted(rows_of(s.table("shown"))) == [(4, "dead", "3q0=", "\\xdead", b"\x01\x02", b"\x0a\x0b"),
+                                                 (9, "615c6201", "YVxiAQ==", "\\x615c6201", b"\x01\x02", b"\x0a\x0b")]
+
+
+def test_extract_epoch(session):
+    """`extract(epoch FROM ...)`, which Spark lacks, of a timestamp (read as UTC), a timestamptz, a
+    date and an interval, as PostgreSQL's numeric seconds."""
+    s = session
+    s.sql("CREATE TABLE tt (k INT PRIMARY KEY, a TIMESTAMP, b TIMESTAMP, z TIMESTAMPTZ, d DATE)")
+    s.sql("INSERT INTO tt VALUES (1, '2024-01-01 00:00:00', '2024-01-02 01:30:00.25', '2024-01-01 00:00:00+02', "
+          "'2024-01-01')")
+    s.flush()
+    s.sql("CREATE MATERIALIZED VIEW e AS SELECT k, extract(epoch FROM b - a) AS secs, extract(epoch FROM a) AS ea, "
+          "extract(epoch FROM z) AS ez, extract(epoch FROM d) AS ed FROM tt")
+    assert rows_of(s.table("e")) == [(1, Decimal("91800.25"), Decimal(1704067200), Decimal(1704060000),
+                                      Decimal(1704067200))]

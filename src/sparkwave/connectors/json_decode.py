@@ -8,6 +8,8 @@ Python workers: it imports nothing from Spark."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import decimal
 import json
@@ -99,6 +101,16 @@ def _timestamp(with_zone: bool) -> Callable[[Any], Any]:
     return conv
 
 
+def _bytea(v: Any) -> bytes:
+    """Base64 text, as RisingWave's JSON encoder writes bytea."""
+    if not isinstance(v, str):
+        raise ValueError(f"expected base64 text for bytea, got {_show(v)}")
+    try:
+        return base64.b64decode(v, validate=True)
+    except binascii.Error:
+        raise ValueError(f"expected base64 text for bytea, got {_show(v)}") from None
+
+
 def converter(type_name: str) -> Callable[[Any], Any]:
     """How a JSON value becomes a value of the SQL type `type_name` (core/schema.py's names)."""
     if type_name in _INT_RANGE:
@@ -110,7 +122,7 @@ def converter(type_name: str) -> Callable[[Any], Any]:
         return _decimal(int(p), int(s))
     simple: dict[str, Callable[[Any], Any]] = {
         "boolean": _boolean, "varchar": _string, "date": _date,
-        "timestamp": _timestamp(False), "timestamptz": _timestamp(True)}
+        "timestamp": _timestamp(False), "timestamptz": _timestamp(True), "bytea": _bytea}
     return simple[type_name]
 
 

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkwave.connectors.base import ERROR, RAW
 from sparkwave.connectors.json_decode import BadRecord, JsonDecoder
+from sparkwave.core.schema import SqlType
 
 FORMAT_NAME = "sparkwave_kafka"
 SEQ_PARTITION_SHIFT = 40  # `_seq` and `_row_id` = partition << 40 | offset: unique and replayable
@@ -31,20 +32,6 @@ RAW_KEPT = 2000  # characters of a bad record's payload kept in the error table
 IDLE_CHECK_S = 2.0  # no message for this long: ask the broker whether the range still exists
 READ_TIMEOUT_S = 60.0  # ... and give up (the epoch fails and is replayed) after this long
 UPSERT, KEY_DELETE = 4, 5  # core/chunk.py's intents; append-only tables log every row as an insert
-
-_ARROW = {
-    "boolean": pa.bool_(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
-    "real": pa.float32(), "double": pa.float64(), "varchar": pa.string(), "date": pa.date32(),
-    "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
-}
-
-
-def arrow_type(type_name: str) -> pa.DataType:
-    if type_name.startswith("decimal("):
-        p, s = type_name[len("decimal("):-1].split(",")
-        return pa.decimal128(int(p), int(s))
-    return _ARROW[type_name]
-
 
 @dataclass(frozen=True)
 class ReadSpec:
@@ -166,7 +153,7 @@ class _Batch:
         self.decoder = JsonDecoder([(n, t) for n, t in spec.columns if n not in spec.roles])
         self.key_decoder = JsonDecoder([(n, t) for n, t in spec.columns if n in spec.key])
         self.key_slots = [self.value_names.index(k) for k in spec.key if k in self.value_names]
-        self.schema = pa.schema([*(pa.field(n, arrow_type(t)) for n, t in spec.columns),
+        self.schema = pa.schema([*(pa.field(n, SqlType(t).arrow) for n, t in spec.columns),
                                  pa.field("_op", pa.int8()), pa.field("_seq", pa.int64()),
                                  pa.field(ERROR, pa.string()), pa.field(RAW, pa.string())])
         self.null_row: list[Any] = [None] * len(self.value_names)

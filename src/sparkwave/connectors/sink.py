@@ -9,6 +9,7 @@ the others are at least once."""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,9 +102,11 @@ def deletes_and_upserts(change: pa.Table, mode: str) -> tuple[pa.Table, pa.Table
 
 def json_value(v: Any) -> Any:
     """A Python value as JSON can carry it: dates and timestamps in ISO 8601, decimals as strings
-    (exact), as RisingWave's JSON encoder does by default."""
+    (exact), bytea in base64, as RisingWave's JSON encoder does by default."""
     if v is None or isinstance(v, bool | int | float | str):
         return v
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
     if hasattr(v, "isoformat"):
         return v.isoformat()
     return str(v)

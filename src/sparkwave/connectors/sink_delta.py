@@ -51,7 +51,9 @@ class DeltaSink(SinkTarget):
                                       f"{self.location}")
             theirs = have.field(idx).type
             if not (theirs == f.type or (pa.types.is_string(f.type) and pa.types.is_large_string(theirs))
-                    or (pa.types.is_string(f.type) and pa.types.is_string_view(theirs))):
+                    or (pa.types.is_string(f.type) and pa.types.is_string_view(theirs))
+                    or (pa.types.is_binary(f.type) and (pa.types.is_large_binary(theirs)
+                                                        or pa.types.is_binary_view(theirs)))):
                 raise self.spec.error(f"column {f.name!r} is {f.type} in the sink but {theirs} in the Delta "
                                       f"table at {self.location}")
 

@@ -36,6 +36,7 @@ _FITS = {
     "date": ("date",),
     "timestamp": ("timestamp without time zone",),
     "timestamptz": ("timestamp with time zone",),
+    "bytea": ("bytea",),
 }
 _CREATE = {"int": "integer", "double": "double precision", "varchar": "text",
            "timestamp": "timestamp without time zone", "timestamptz": "timestamp with time zone"}
@@ -234,6 +235,11 @@ class PostgresSink(SinkTarget):
     def _copy(conn: Any, statement: Any, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
+        for i, f in enumerate(rows.schema):
+            if pa.types.is_binary(f.type):  # COPY reads bytea as PostgreSQL's hex text
+                hexed = pa.array([None if v is None else "\\x" + v.hex() for v in rows.column(i).to_pylist()],
+                                 pa.string())
+                rows = rows.set_column(i, f.name, hexed)
         sink = pa.BufferOutputStream()
         pacsv.write_csv(rows.combine_chunks(), sink, pacsv.WriteOptions(include_header=False))
         data = sink.getvalue().to_pybytes()

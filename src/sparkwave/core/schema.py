@@ -31,7 +31,11 @@ _ALIASES = {
     "date": "date",
     "timestamp": "timestamp", "timestamp without time zone": "timestamp",
     "timestamptz": "timestamptz", "timestamp with time zone": "timestamptz",
+    "bytea": "bytea", "varbinary": "bytea", "binary": "bytea",
 }
+_NO_INTERVAL = ("{what} cannot be stored: Delta Lake and Parquet have no interval type. Store the length as a "
+                "number, e.g. extract(epoch FROM b - a) for seconds, or the two timestamps; INTERVAL in expressions "
+                "(ts + INTERVAL '1' HOUR, windows) works")
 _DECIMAL = re.compile(r"^(?:decimal|numeric)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
 _VARCHAR_N = re.compile(r"^(?:varchar|character varying)\s*\(\s*\d+\s*\)$")
 
@@ -39,7 +43,7 @@ _VARCHAR_N = re.compile(r"^(?:varchar|character varying)\s*\(\s*\d+\s*\)$")
 @dataclass(frozen=True)
 class SqlType:
     """A column type by its canonical name: boolean, smallint, int, bigint, real, double,
-    decimal(p,s), varchar, date, timestamp, timestamptz."""
+    decimal(p,s), varchar, date, timestamp, timestamptz, bytea."""
 
     name: str
 
@@ -73,17 +77,17 @@ class SqlType:
 _ARROW = {
     "boolean": pa.bool_(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
     "real": pa.float32(), "double": pa.float64(), "varchar": pa.string(), "date": pa.date32(),
-    "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
+    "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"), "bytea": pa.binary(),
 }
 _SPARK = {
     "boolean": "boolean", "smallint": "smallint", "int": "int", "bigint": "bigint", "real": "float",
     "double": "double", "varchar": "string", "date": "date", "timestamp": "timestamp_ntz",
-    "timestamptz": "timestamp",
+    "timestamptz": "timestamp", "bytea": "binary",
 }
 _DUCKDB = {
     "boolean": "BOOLEAN", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT", "real": "REAL",
     "double": "DOUBLE", "varchar": "VARCHAR", "date": "DATE", "timestamp": "TIMESTAMP",
-    "timestamptz": "TIMESTAMPTZ",
+    "timestamptz": "TIMESTAMPTZ", "bytea": "BLOB",
 }
 
 
@@ -107,9 +111,14 @@ def parse_type(text: str) -> SqlType:
         if not 1 <= p <= 38 or not 0 <= s <= p:
             raise SqlError(f"invalid decimal precision/scale in type {text!r}")
         return SqlType(f"decimal({p},{s})")
+    if t.startswith("interval"):
+        raise SqlError(_NO_INTERVAL.format(what=f"column type {text!r}"))
+    if t.endswith("[]") or t.startswith("array"):
+        raise SqlError(f"unsupported column type {text!r}: arrays are not a column type in sparkwave (left out on "
+                       "purpose); store the elements as rows, or as text (string_agg)")
     raise SqlError(
         f"unsupported column type {text!r}; supported: boolean, smallint, int, bigint, real, "
-        "double precision, decimal(p,s), varchar/text, date, timestamp, timestamptz"
+        "double precision, decimal(p,s), varchar/text, date, timestamp, timestamptz, bytea"
     )
 
 
@@ -121,6 +130,7 @@ def from_spark(dtype: DataType) -> SqlType:
         T.BooleanType: "boolean", T.ByteType: "smallint", T.ShortType: "smallint", T.IntegerType: "int",
         T.LongType: "bigint", T.FloatType: "real", T.DoubleType: "double", T.StringType: "varchar",
         T.DateType: "date", T.TimestampNTZType: "timestamp", T.TimestampType: "timestamptz",
+        T.BinaryType: "bytea",
     }
     for cls, name in simple.items():
         if isinstance(dtype, cls):
@@ -129,6 +139,11 @@ def from_spark(dtype: DataType) -> SqlType:
         return SqlType(f"decimal({dtype.precision},{dtype.scale})")
     if isinstance(dtype, T.NullType):
         return SqlType("varchar")
+    if isinstance(dtype, T.DayTimeIntervalType | T.YearMonthIntervalType | T.CalendarIntervalType):
+        raise SqlError(_NO_INTERVAL.format(what="an expression of type interval"))
+    if isinstance(dtype, T.ArrayType):
+        raise SqlError(f"an expression of type {dtype.simpleString()} cannot be stored: arrays are not a column "
+                       "type in sparkwave (left out on purpose); use string_agg, or keep the elements as rows")
     raise SqlError(f"expressions of type {dtype.simpleString()} cannot be stored in a materialized view")
 
 

@@ -31,6 +31,8 @@ def empty(schema: pa.Schema) -> pa.Table:
 def _fill_value(t: pa.DataType) -> pa.Scalar:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return pa.scalar("", t)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pa.scalar(b"", t)
     if pa.types.is_boolean(t):
         return pa.scalar(False)
     if pa.types.is_date32(t):

@@ -99,6 +99,12 @@ class Ddl:
             key = ["_row_id"]
         schema = Schema(tuple(columns), tuple(key), append_only)
         definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        if (on_conflict := stmt.args.get("on_conflict")) is not None:
+            if append_only or key == ["_row_id"]:
+                raise stmt.error("ON CONFLICT needs a PRIMARY KEY: a table without one never has a conflict",
+                                 "ON CONFLICT")
+            if on_conflict != "overwrite":
+                definition["on_conflict"] = on_conflict
         if kind == "source":
             if options.get("connector") != "kafka":
                 raise stmt.error("CREATE SOURCE needs WITH (connector = 'kafka', ...)", "SOURCE")
@@ -146,6 +152,8 @@ class Ddl:
         assert stmt.ast is not None
         plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
         self._check_upstreams(stmt, name, plan.upstreams)
+        if not plan.upstreams:
+            strategy = "blocking"  # constant rows: nothing to backfill while the pipeline runs
         schemas = state_schemas(plan.root)
         definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
                       "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
@@ -177,7 +185,7 @@ class Ddl:
                     flow.release()
             with self.catalog.transaction() as db:
                 if strategy == "blocking":
-                    self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0])
+                    self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0] if plan.upstreams else None)
                 else:
                     job_id = self.creating.register(db, rel, plan.upstreams, Strategy(strategy))
                     if limit is not None:

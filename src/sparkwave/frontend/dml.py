@@ -28,7 +28,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
 from sparkwave.core.errors import CatalogError, DataError, SqlError
-from sparkwave.frontend.postgres import to_spark
+from sparkwave.frontend.postgres import bytea_from_text, to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
@@ -158,6 +158,12 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
         columns_given = [c.name.lower() for c in target.expressions]
         target = target.this
     rel = target_table(rt, stmt, target)
+    if ast.args.get("conflict") is not None:
+        raise stmt.error("INSERT ... ON CONFLICT is not supported: as in RisingWave, the rule belongs to the table "
+                         "(CREATE TABLE ... ON CONFLICT DO NOTHING | DO UPDATE IF NOT NULL | OVERWRITE)", "ON CONFLICT")
+    if ast.args.get("returning") is not None:
+        raise stmt.error("INSERT ... RETURNING is not supported (an INSERT is applied at the next epoch)",
+                         "RETURNING")
     visible = [c.name for c in rel.schema.visible]
     columns = columns_given or visible
     for c in columns:
@@ -186,7 +192,7 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
         df = rt.spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS v({names})")
     except Exception as e:
         raise DataError(f"INSERT INTO {rel.name}: {str(e).splitlines()[0][:300]}") from None
-    return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), _insert_op(rel))
+    return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), Op.INSERT)
 
 
 class _NotLiteral(Exception):
@@ -223,8 +229,6 @@ def _literal_table(columns: list[str], tuples: list[list[exp.Expr]]) -> pa.Table
         return None
 
 
-def _insert_op(rel: Relation) -> Op:
-    return Op.INSERT if rel.schema.append_only else Op.UPDATE_INSERT
 
 
 def _check_insert_columns(rel: Relation, columns: list[str]) -> None:
@@ -239,13 +243,19 @@ def _check_insert_columns(rel: Relation, columns: list[str]) -> None:
 
 def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
     _check_insert_columns(rel, df.columns)
-    return stage(rt, rel, checked_cast(rt, rel, df, f"insert into {rel.name}"), _insert_op(rel))
+    return stage(rt, rel, checked_cast(rt, rel, df, f"insert into {rel.name}"), Op.INSERT)
 
 
 def _cast(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     """A safe cast (no silent truncation or overflow), plus the conversions SQL users expect:
     naive timestamp text into timestamptz is read as UTC (the session time zone), and integers
     into a narrow decimal are checked value by value rather than by the integer type's range."""
+    if pa.types.is_binary(target) and (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        try:  # PostgreSQL's bytea input: hex (\\x...) or escape format
+            return pa.chunked_array([pa.array([None if v is None else bytea_from_text(v) for v in values.to_pylist()],
+                                              pa.binary())])
+        except SqlError as e:
+            raise pa.ArrowInvalid(str(e)) from None
     if pa.types.is_decimal(target) and pa.types.is_integer(values.type):
         values = values.cast(pa.decimal128(38, target.scale))
     try:
@@ -263,7 +273,7 @@ def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
     batch = rt.catalog.next_counter("dml_batch", 1)
     first = reserve_ids(rt, batch, max(1, n))
     seq = pa.array(range(first, first + n), pa.int64())
-    cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(_insert_op(rel))] * n, pa.int8()), "_seq": seq}
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(Op.INSERT)] * n, pa.int8()), "_seq": seq}
     for c in rel.schema.columns:
         if c.name == "_row_id":
             cols[c.name] = seq
@@ -301,7 +311,10 @@ def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
             raise CatalogError(f"unknown column {col!r} in UPDATE {rel.name} (at {stmt.where(col)})")
         if col in rel.schema.key:
             raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
-        assignments[col] = to_spark(eq.expression, _typed(rel), rt.spark)
+        value = eq.expression
+        if target.type.name == "bytea" and isinstance(value, exp.Literal) and value.is_string:
+            value = exp.Cast(this=value, to=exp.DataType.build("BYTEA", dialect="postgres"))
+        assignments[col] = to_spark(value, _typed(rel), rt.spark)
     df = _matching(rt, stmt, rel, ast, epoch)
     try:
         df = df.select(*[F.expr(assignments[c.name]).alias(c.name) if c.name in assignments else _q(c.name)

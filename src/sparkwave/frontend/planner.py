@@ -47,6 +47,7 @@ from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import SIDE, OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan, Window
+from sparkwave.stream.values import Values
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 _JOIN_TYPES: dict[str, JoinType] = {"": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
@@ -100,6 +101,8 @@ class Planner:
 
     # --- entry ---------------------------------------------------------------------------------
     def plan(self, query: exp.Expr) -> MvPlan:
+        if isinstance(query, exp.Values):  # a query that is only VALUES
+            query = exp.select("*").from_(query.copy())
         node, outputs = self.select(rewrite(query))
         visible = [(n, i) for n, i in outputs]
         if columns := self.stmt.args.get("columns"):  # CREATE MATERIALIZED VIEW mv (a, b, ...) AS
@@ -145,9 +148,7 @@ class Planner:
             raise self.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
         check_shape(self.stmt, q)
         src = q.args.get("from_") or q.args.get("from")
-        if src is None:
-            raise self.err("a materialized view needs a FROM clause", "SELECT")
-        items = [self.from_item(src.this)]
+        items = [self.from_item(src.this) if src is not None else self.values_item(None)]
         node: Operator = items[0].node
         where = conjuncts(q.args["where"].this) if q.args.get("where") else []
         all_inner = True
@@ -310,11 +311,46 @@ class Planner:
             return _Item(alias, node, {n: i for n, i in outputs}, [n for n, _ in outputs])
         if isinstance(t, exp.Table) and isinstance(t.this, exp.Anonymous):
             return self.window_item(t)
+        if isinstance(t, exp.Values):
+            return self.values_item(t)
         if not isinstance(t, exp.Table) or t.args.get("db"):
             raise self.err(f"unsupported FROM item {t.sql(dialect='postgres')}; expected a table, an MV, TUMBLE, "
                            "HOP or a subquery", "FROM")
         rel = self.relation(t.name.lower())
         return self.scan(rel, (t.alias or rel.name).lower(), None)
+
+    def values_item(self, t: exp.Values | None) -> _Item:
+        """`VALUES (...), ...` as a FROM item (columns named by its alias list, else column1, ...,
+        as in PostgreSQL), or, for a SELECT without FROM, one row of no columns."""
+        tuples = [[]] if t is None else [list(r.expressions) if isinstance(r, exp.Tuple) else [r]
+                                         for r in t.expressions]
+        width = len(tuples[0])
+        if any(len(r) != width for r in tuples):
+            raise self.err(f"VALUES lists must all have the same length ({width} in the first)", "VALUES")
+        alias = t.args.get("alias") if t is not None else None
+        names = [c.name.lower() for c in alias.columns] if alias is not None and alias.columns else []
+        if len(names) > width:
+            raise self.err(f"VALUES has {width} columns available but {len(names)} columns specified", "VALUES")
+        names += [f"column{i}" for i in range(len(names) + 1, width + 1)]
+        for item in (i for r in tuples for i in r):
+            if item.find(exp.Column, exp.Subquery, exp.Star, exp.AggFunc, exp.Window):
+                raise self.err(f"VALUES items must be constants, not {item.sql(dialect='postgres')!r}", "VALUES")
+        internal = [self.name(n) for n in names]
+        ordinal = self.name("_row_id")
+        rows = [[to_spark(i, [], self.spark) for i in r] + [f"{n}L"] for n, r in enumerate(tuples)]
+        inline = ", ".join("(" + ", ".join(r) + ")" for r in rows)
+        try:
+            fields = self.spark.sql(f"SELECT * FROM VALUES {inline} AS v({', '.join([*internal, ordinal])})"
+                                    ).schema.fields
+        except AnalysisException as e:
+            msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise self.err(f"cannot evaluate VALUES: {_readable(msg)}", "VALUES") from None
+        types = [from_spark(f.dataType) for f in fields]
+        columns = [(n, ty.name) for n, ty in zip([*internal, ordinal], types, strict=True)]
+        typed = [[f"CAST({v} AS {ty.spark})" for v, ty in zip(r, types, strict=True)] for r in rows]
+        node = Values(next(self._ids), columns, [ordinal], rows=typed)
+        name = alias.name.lower() if alias is not None and alias.name else f"_values{node.id}"
+        return _Item(name, node, dict(zip(names, internal, strict=True)), names)
 
     def relation(self, name: str) -> Relation:
         return self.lookup(name)  # a creating one too: the session refuses it, naming its job
@@ -328,7 +364,7 @@ class Planner:
             return self.append_only(op.input)
         if isinstance(op, Join):
             return op.join_type == "inner" and self.append_only(op.left) and self.append_only(op.right)
-        return False
+        return isinstance(op, Values)
 
     def scan(self, rel: Relation, alias: str, window: Window | None) -> _Item:
         exprs, cols, order, internal = [], {}, [], {}
@@ -473,6 +509,8 @@ class Planner:
         """Whether `op` always has exactly one row: an aggregate without GROUP BY, renamed."""
         if isinstance(op, Aggregate):
             return op.scalar
+        if isinstance(op, Values):
+            return len(op.rows) == 1  # its key, the row's ordinal, is 0
         return isinstance(op, Project) and op.predicate is None and self._one_row(op.input)
 
     def _constant_key(self, op: Operator) -> tuple[Operator, list[str]]:
@@ -738,6 +776,10 @@ class Planner:
 
         def agg_for(call: exp.AggFunc) -> exp.Expr:
             fn = _AGGS.get(type(call))
+            if isinstance(call, exp.ArrayAgg):
+                raise self.err("array_agg is not supported: arrays are not a column type in sparkwave (left out on "
+                               "purpose); string_agg(x::varchar, ',' ORDER BY ...) keeps the values as text",
+                               call.sql_name())
             if fn is None:
                 raise self.err(f"unsupported aggregate {call.sql(dialect='postgres')} in a materialized view; "
                                "supported: count, sum, avg, min, max, count(DISTINCT x), bool_and, bool_or, "

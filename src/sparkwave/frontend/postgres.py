@@ -8,7 +8,10 @@ section has the table):
   its 15 significant digits (a real: 6) as `DECIMAL(38, 15)`, as does a string;
 - `to_char(timestamp, pattern)` reads PostgreSQL's patterns (`HH` is 12-hour, `MI` minutes,
   `Month` blank-padded, `FM` drops padding, `"text"` literal), not Java's; `to_char(number,
-  pattern)` prints PostgreSQL's sign.
+  pattern)` prints PostgreSQL's sign;
+- `extract(epoch FROM x)` (Spark has none) is seconds as numeric, of a timestamp, date or interval;
+- bytea: `'\\x...'::bytea` is hex, `b::text` prints `\\x` and hex, `encode`/`decode` take 'hex' or
+  'base64' (Spark's take a charset).
 
 A cast that overflows, like a division by zero, is NULL rather than an error: an epoch does not
 fail for one bad value (RisingWave's streaming behaviour)."""
@@ -20,9 +23,11 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
+    BinaryType,
     ByteType,
     DataType,
     DateType,
+    DayTimeIntervalType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -42,6 +47,7 @@ from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import SqlType
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
+_BINARY = (exp.DataType.Type.VARBINARY, exp.DataType.Type.BINARY)
 NUMERIC_SCALE = 15  # of a float or text cast to numeric: PostgreSQL's float8 has 15 significant digits
 
 
@@ -61,7 +67,8 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
     """`e`, over the internal `columns` (name, Spark type), in Spark SQL with PostgreSQL's meaning.
     Innermost first: an outer node sees its operands' translated types."""
     types = _Types(spark, columns)
-    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, bfs=False))):
+    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, exp.Extract,
+                                         bfs=False))):
         new = _translate(node, types)
         if new is not None:
             if node is e:
@@ -123,6 +130,22 @@ def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
         if isinstance(t, IntegralType):
             return node.__class__(this=node.this, to=exp.DataType.build("DECIMAL(38, 0)"))
         return node.__class__(this=_float_text(node.this, t), to=exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
+    elif isinstance(node, exp.Cast) and node.to.this in _BINARY and isinstance(node.this, exp.Literal) \
+            and node.this.is_string:
+        return bytea_literal(node.this.this)
+    elif isinstance(node, exp.Cast) and node.to.this in exp.DataType.TEXT_TYPES \
+            and isinstance(types.of(node.this), BinaryType):
+        return _call("concat", exp.Literal.string("\\x"), _call("lower", _call("hex", node.this)))
+    elif isinstance(node, exp.Extract) and node.this.name.upper() == "EPOCH":
+        return _epoch(node.expression, types.of(node.expression))
+    elif isinstance(node, exp.Encode | exp.Decode):
+        fmt = node.args.get("charset")
+        how = fmt.this.lower() if isinstance(fmt, exp.Literal) and fmt.is_string else None
+        if how not in ("hex", "base64"):
+            raise SqlError(f"{node.key}(..., {fmt.sql() if fmt else ''}) is not supported; supported: 'hex', 'base64'")
+        if isinstance(node, exp.Encode):
+            return _call("lower", _call("hex", node.this)) if how == "hex" else _call("base64", node.this)
+        return _call("unhex", node.this) if how == "hex" else _call("unbase64", node.this)
     elif isinstance(node, exp.Anonymous) and node.name.upper() == "TO_CHAR" and len(node.expressions) == 2:
         value, pattern = node.expressions
         t = types.of(value)
@@ -134,6 +157,64 @@ def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
                 exp.Cast(this=_float_text(value, t), to=exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
             return number_to_char(arg, pattern.this)
     return None
+
+
+def _epoch(value: exp.Expr, t: DataType | None) -> exp.Expr:
+    """`extract(epoch FROM x)`, which Spark lacks: seconds since 1970-01-01 00:00 (a timestamp without
+    time zone read as UTC, as PostgreSQL does) or in an interval, as numeric with microseconds."""
+    micros: exp.Expr
+    if isinstance(t, DayTimeIntervalType):
+        parts = [("DAY", 86_400_000_000), ("HOUR", 3_600_000_000), ("MINUTE", 60_000_000)]
+        micros = exp.Add(this=_sum([exp.Mul(this=exp.Extract(this=exp.var(f), expression=value.copy()),
+                                            expression=exp.Literal.number(m)) for f, m in parts]),
+                         expression=exp.Mul(this=exp.Extract(this=exp.var("SECOND"), expression=value.copy()),
+                                            expression=exp.Literal.number(1_000_000)))
+    elif isinstance(t, DateType):
+        micros = exp.Mul(this=_call("unix_date", value), expression=exp.Literal.number(86_400_000_000))
+    elif isinstance(t, TimestampNTZType):
+        micros = _call("unix_micros", _call("to_utc_timestamp", value, exp.Literal.string("UTC")))
+    elif isinstance(t, TimestampType):
+        micros = _call("unix_micros", value)
+    else:
+        raise SqlError("extract(epoch FROM ...) takes a timestamp, a date or an interval, not "
+                       f"{t and t.simpleString()}")
+    return exp.Div(this=exp.Cast(this=micros, to=exp.DataType.build("DECIMAL(38, 6)")),
+                   expression=exp.Literal.number(1_000_000))
+
+
+def _sum(terms: list[exp.Expr]) -> exp.Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = exp.Add(this=out, expression=t)
+    return out
+
+
+def bytea_literal(text: str) -> exp.Expr:
+    """A bytea constant in PostgreSQL's input forms: hex (`\\xdeadbeef`) or escape (the text's bytes,
+    `\\\\` a backslash, `\\nnn` an octal byte)."""
+    return _call("unhex", exp.Literal.string(bytea_from_text(text).hex()))
+
+
+def bytea_from_text(text: str) -> bytes:
+    if text.startswith("\\x"):
+        try:
+            return bytes.fromhex(text[2:])
+        except ValueError:
+            raise SqlError(f"invalid hexadecimal data in bytea {text!r}") from None
+    out, i = bytearray(), 0
+    while i < len(text):
+        if text[i] != "\\":
+            out += text[i].encode()
+            i += 1
+        elif text[i + 1:i + 2] == "\\":
+            out.append(0x5C)
+            i += 2
+        elif re.fullmatch(r"[0-3][0-7][0-7]", text[i + 1:i + 4]):
+            out.append(int(text[i + 1:i + 4], 8))
+            i += 4
+        else:
+            raise SqlError(f"invalid input syntax for type bytea: {text!r}")
+    return bytes(out)
 
 
 def _float_text(value: exp.Expr, t: DataType | None) -> exp.Expr:

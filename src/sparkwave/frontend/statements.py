@@ -77,6 +77,11 @@ def split(text: str) -> list[tuple[str, int, int]]:
 _NAME = r"([A-Za-z_][A-Za-z0-9_]*)"  # a relation's name is further checked by core/names.py
 _OPTIONS = re.compile(r"\bWITH\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
 _FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z_]+)\s+ENCODE\s+([A-Za-z_]+)\s*$", re.IGNORECASE)
+# RisingWave's `ON CONFLICT` of a keyed table: what an INSERT of a key the table holds does
+_ON_CONFLICT = re.compile(r"\bON\s+CONFLICT\s+(OVERWRITE|IGNORE|DO\s+NOTHING|DO\s+UPDATE\s+FULL|"
+                          r"DO\s+UPDATE\s+IF\s+NOT\s+NULL)\s*$", re.IGNORECASE)
+_CONFLICT_ACTIONS = {"OVERWRITE": "overwrite", "DO UPDATE FULL": "overwrite", "IGNORE": "ignore",
+                     "DO NOTHING": "ignore", "DO UPDATE IF NOT NULL": "update_if_not_null"}
 _INCLUDE = re.compile(r"\bINCLUDE\s+(partition|offset|timestamp|key)(?:\s+AS\s+" + _NAME + r")?\s*$", re.IGNORECASE)
 _OPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*('(?:[^']|'')*'|[-+]?[0-9.]+|[A-Za-z_]+)\s*(?:,|$)")
 
@@ -228,6 +233,13 @@ def _create_table(base: Statement, text: str | None = None) -> Statement:
         what = m.group(1).lower()
         options[f"include.{what}"] = (m.group(2) or f"_rw_kafka_{what}").lower()
         body = body[: m.start()]
+    on_conflict = None
+    if m3 := _ON_CONFLICT.search(body):
+        on_conflict = _CONFLICT_ACTIONS[" ".join(m3.group(1).upper().split())]
+        body = body[: m3.start()]
+    elif re.search(r"\bON\s+CONFLICT\b", body, re.IGNORECASE):
+        raise base.error("ON CONFLICT takes OVERWRITE, IGNORE (or DO NOTHING), DO UPDATE FULL or DO UPDATE IF NOT "
+                         "NULL", "ON CONFLICT")
     append_only = False
     m2 = re.search(r"\bAPPEND\s+ONLY\s*$", body.rstrip(), re.IGNORECASE)
     if m2:
@@ -239,7 +251,7 @@ def _create_table(base: Statement, text: str | None = None) -> Statement:
     if ast.expression is not None:
         raise base.error("CREATE TABLE ... AS SELECT is not supported; use CREATE MATERIALIZED VIEW", "AS")
     return Statement(base.text, base.line, base.col, "create_table", ast,
-                     {"append_only": append_only, "options": options,
+                     {"append_only": append_only, "options": options, "on_conflict": on_conflict,
                       "if_not_exists": bool(ast.args.get("exists"))})
 
 

@@ -26,10 +26,11 @@ import pyarrow.compute as pc
 from py4j.protocol import Py4JError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import ERROR, RAW
 from sparkwave.core.catalog import Relation
-from sparkwave.core.chunk import with_vnode
+from sparkwave.core.chunk import Op, with_vnode
 from sparkwave.core.crash import crash_point
 from sparkwave.core.epoch import next_epoch
 from sparkwave.core.errors import CatalogError, PipelineError, SparkwaveError
@@ -479,7 +480,11 @@ class BarrierLoop:
         ranges = e.plan.get("sources", {}).get(rel.name)
         if ranges:
             assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
-            parts.append(conn.read(spark, ranges))
+            rows = conn.read(spark, ranges)
+            if "on_conflict" in rel.definition:  # a connector's rows are inserts, which the rule applies to
+                rows = rows.withColumn("_op", F.when(F.col("_op") == int(Op.UPDATE_INSERT), F.lit(int(Op.INSERT)))
+                                       .otherwise(F.col("_op")).cast("tinyint"))
+            parts.append(rows)
         files = [path for _, r, path, _ in dml if r == rel.name]
         if files:
             parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
@@ -491,7 +496,8 @@ class BarrierLoop:
         keep = (ERROR, RAW) if ERROR in intents.columns else ()
         chunk = self._set_aside_bad_records(rel, e, with_vnode(intents, rel.schema, keep).toArrow())
         return materialize_table(chunk, rel.schema, e.epoch,
-                                 lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys))
+                                 lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys),
+                                 rel.definition.get("on_conflict", "overwrite"))
 
     def _reread_bad_records(self, rel: Relation, e: _Epoch) -> None:
         """A replayed epoch whose log Delta already holds: its bad records, not yet in the catalog,

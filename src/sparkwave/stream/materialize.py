@@ -18,15 +18,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op, consolidate, vnode
+from sparkwave.core.conflict import OnConflict, resolve
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import W, to_ops
 from sparkwave.storage.table import log_rows
 
 
-def materialize_table(intents: pa.Table, schema: Schema, epoch: int,
-                      lookup: Callable[[pa.Table], pa.Table]) -> pa.Table:
-    """Log rows for a table, from intents `| _op (+U or KEY_DELETE) | _seq | _vnode | columns |`;
-    `lookup(keys)` returns the rows `| _vnode | columns |` of those keys as of the previous epoch."""
+def materialize_table(intents: pa.Table, schema: Schema, epoch: int, lookup: Callable[[pa.Table], pa.Table],
+                      on_conflict: OnConflict = "overwrite") -> pa.Table:
+    """Log rows for a table, from intents `| _op (+I, +U or KEY_DELETE) | _seq | _vnode | columns |`;
+    `lookup(keys)` returns the rows `| _vnode | columns |` of those keys as of the previous epoch.
+    An INSERT of a key the table holds replaces its row, or follows the table's `on_conflict`."""
     if schema.append_only:
         ops = pa.array([int(Op.INSERT)] * intents.num_rows, pa.int8())
         return log_rows(intents.set_column(intents.schema.get_field_index("_op"), "_op", ops), schema, epoch)
@@ -34,7 +36,11 @@ def materialize_table(intents: pa.Table, schema: Schema, epoch: int,
     old = old.append_column("_op", pa.array([int(Op.UPDATE_DELETE)] * old.num_rows, pa.int8())) \
              .append_column("_seq", pa.array([-1] * old.num_rows, pa.int64()))
     names = ["_op", "_seq", "_vnode", *schema.names]
-    merged = pa.concat_tables([old.select(names), intents.select(names).cast(old.select(names).schema)])
+    intents = resolve(intents.select(names).cast(old.select(names).schema), old, list(schema.key), schema.values,
+                      on_conflict)
+    if on_conflict != "overwrite":  # a key whose every INSERT was ignored keeps its row: no change
+        old = old.join(intents.select(list(schema.key)), keys=list(schema.key), join_type="left semi")
+    merged = pa.concat_tables([old.select(names), intents])
     return log_rows(consolidate(merged, list(schema.key), schema.values), schema, epoch)
 
 

@@ -8,6 +8,7 @@ and the state tables of a tree.
   table per side arranged by join key.
 - `Aggregate` (`stream/aggregate.py`): GROUP BY with count/sum/avg/min/max/count distinct, a state
   table of partials per group and, for min/max/count distinct, one of value counts per (group, value).
+- `Values` (`stream/values.py`): constant rows, evaluated once.
 - `OverWindow` (`stream/over.py`): window functions (`... OVER (PARTITION BY ... ORDER BY ...)`),
   with a state table of its input's rows arranged by partition.
 
@@ -16,7 +17,7 @@ The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`
 
 Stored JSON, per operator (warehouses keep it, so it does not change):
 `{"id", "op", "columns": [[name, type]...], "key", "inputs": [...]}` plus the operator's own fields,
-`op` being "scan" | "project" | "join" | "agg" | "over"."""
+`op` being "scan" | "project" | "join" | "agg" | "over" | "values"."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
+from sparkwave.stream.values import Values
 
-OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow)}
+OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow, Values)}
 
 
 def from_json(d: dict[str, Any]) -> Operator:
