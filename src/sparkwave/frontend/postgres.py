@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     ByteType,
     DataType,
     DateType,
@@ -36,6 +37,7 @@ from pyspark.sql.types import (
     LongType,
     NumericType,
     ShortType,
+    StringType,
     TimestampNTZType,
     TimestampType,
 )
@@ -45,6 +47,7 @@ from sqlglot.dialects.postgres import Postgres
 
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import SqlType
+from sparkwave.frontend.pg_functions import NODES, translate
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
 _BINARY = (exp.DataType.Type.VARBINARY, exp.DataType.Type.BINARY)
@@ -67,9 +70,11 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
     """`e`, over the internal `columns` (name, Spark type), in Spark SQL with PostgreSQL's meaning.
     Innermost first: an outer node sees its operands' translated types."""
     types = _Types(spark, columns)
-    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, exp.Extract,
+    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *NODES,
                                          bfs=False))):
         new = _translate(node, types)
+        if new is None:
+            new = translate(node, types.of)
         if new is not None:
             if node is e:
                 e = new
@@ -89,14 +94,30 @@ class _Types:
     def __init__(self, spark: SparkSession, columns: list[tuple[str, str]]) -> None:
         self._make = lambda: spark.createDataFrame([], spark_ddl(columns))
         self._frame: DataFrame | None = None
+        self._columns = dict(columns)
 
     def of(self, e: exp.Expr) -> DataType | None:
+        if isinstance(e, exp.Column) and not e.table and (t := self._columns.get(e.name)) is not None:
+            return _spark_type(SqlType(t))  # a column's type, without asking Spark
+        if isinstance(e, exp.Literal) and e.is_int:
+            return IntegerType() if -(2**31) <= int(e.this) < 2**31 else LongType()
+        if isinstance(e, exp.Literal) and e.is_string:
+            return StringType()
         try:
             if self._frame is None:
                 self._frame = self._make()
             return self._frame.selectExpr(e.sql(dialect="spark")).schema.fields[0].dataType
         except AnalysisException:
             return None  # the whole expression's analysis reports it, naming the query
+
+
+def _spark_type(t: SqlType) -> DataType:
+    if t.name.startswith("decimal"):
+        p, scale = t.name[len("decimal("):-1].split(",")
+        return DecimalType(int(p), int(scale))
+    return {"boolean": BooleanType(), "smallint": ShortType(), "int": IntegerType(), "bigint": LongType(),
+            "real": FloatType(), "double": DoubleType(), "varchar": StringType(), "date": DateType(),
+            "timestamp": TimestampNTZType(), "timestamptz": TimestampType(), "bytea": BinaryType()}[t.name]
 
 
 def untyped_to_spark(e: exp.Expr) -> str:
