@@ -33,7 +33,7 @@ def one_at_a_time(rule: str) -> dict[int, tuple]:
 
 @pytest.mark.parametrize("rule", ["ignore", "update_if_not_null", "overwrite"])
 def test_intents_follow_the_rule_in_statement_order(rule):
-    old = pa.table({"k": pa.array([k for k, _, _ in OLD], pa.int64()),
+    old = pa.table({"_vnode": pa.array([0] * len(OLD), pa.int16()), "k": pa.array([k for k, _, _ in OLD], pa.int64()),
                     "a": pa.array([a for _, a, _ in OLD], pa.int64()), "b": pa.array([b for _, _, b in OLD])})
     intents = pa.table({"_op": pa.array([int(i[0]) for i in INTENTS], pa.int8()),
                         "_seq": pa.array(range(1, len(INTENTS) + 1), pa.int64()),
@@ -50,3 +50,17 @@ def test_intents_follow_the_rule_in_statement_order(rule):
     assert rows == one_at_a_time(rule)
     if rule == "ignore":
         assert {(r["k"], r["a"]) for r in out.to_pylist() if r["_op"] == Op.INSERT} == {(3, 30), (2, 21), (4, None)}
+
+
+def test_a_hot_key_costs_one_pass():
+    """Many writes of one key in an epoch (an upsert topic's hot key) resolve in one sorted pass."""
+    n = 200_000
+    old = pa.table({"_vnode": pa.array([0], pa.int16()), "k": pa.array([1], pa.int64()),
+                    "a": pa.array([0], pa.int64())})
+    intents = pa.table({"_op": pa.array([int(Op.INSERT)] * n, pa.int8()), "_seq": pa.array(range(n), pa.int64()),
+                        "_vnode": pa.array([0] * n, pa.int16()), "k": pa.array([1, 2] * (n // 2), pa.int64()),
+                        "a": pa.array([None if i % 3 else i for i in range(n)], pa.int64())})
+    out = resolve(intents, old, ["k"], ["a"], "update_if_not_null")
+    last = {r["k"]: r["a"] for r in out.sort_by("_seq").to_pylist()}
+    assert last == {1: max(i for i in range(0, n, 2) if i % 3 == 0), 2: max(i for i in range(1, n, 2) if i % 3 == 0)}
+    assert resolve(intents, old, ["k"], ["a"], "ignore").num_rows == 1  # key 2's first INSERT only

@@ -508,6 +508,14 @@ def test_bytea_columns(session):
           r"v::text AS t, decode('0102', 'hex') AS d, '\x0a0b'::bytea AS c FROM b WHERE k IN (4, 9)")
     assert sorted(rows_of(s.table("shown"))) == [(4, "dead", "3q0=", "\\xdead", b"\x01\x02", b"\x0a\x0b"),
                                                  (9, "615c6201", "YVxiAQ==", "\\x615c6201", b"\x01\x02", b"\x0a\x0b")]
+    s.sql(r"CREATE MATERIALIZED VIEW picked AS SELECT k FROM b WHERE v = '\xdead' OR v IN ('abc', '\x00ff') "
+          r"OR coalesce(v, '\x01') = '\x01'")
+    s.sql(r"DELETE FROM b WHERE v = '\x00ff'")
+    s.sql(r"INSERT INTO b (k, v, g) VALUES (10, decode('00ff', 'hex'), 1 + 1)")  # the Spark path of INSERT
+    s.sql(r"UPDATE b SET v = CASE WHEN g > 100 THEN '\x01' ELSE '\x02' END WHERE k = 9")
+    s.flush()
+    assert sorted(rows_of(s.table("picked"))) == [(2,), (3,), (4,), (6,), (10,)]
+    assert rows_of(s.table("b").where("k = 9").select("v")) == [(b"\x02",)]
 
 
 def test_extract_epoch(session):
@@ -519,9 +527,10 @@ def test_extract_epoch(session):
           "'2024-01-01')")
     s.flush()
     s.sql("CREATE MATERIALIZED VIEW e AS SELECT k, extract(epoch FROM b - a) AS secs, extract(epoch FROM a) AS ea, "
-          "extract(epoch FROM z) AS ez, extract(epoch FROM d) AS ed FROM tt")
+          "extract(epoch FROM z) AS ez, extract(epoch FROM d) AS ed, extract(epoch FROM INTERVAL '90' MINUTE) AS i "
+          "FROM tt")
     assert rows_of(s.table("e")) == [(1, Decimal("91800.25"), Decimal(1704067200), Decimal(1704060000),
-                                      Decimal(1704067200))]
+                                      Decimal(1704067200), Decimal(5400))]
 
 
 FUNCTIONS = [  # PostgreSQL's meaning differs from Spark's namesake (frontend/pg_functions.py)
@@ -530,7 +539,8 @@ FUNCTIONS = [  # PostgreSQL's meaning differs from Spark's namesake (frontend/pg
     "regexp_replace(s, '(o)(.)', '[\\2\\1\\&]')", "regexp_replace(s, 'o', '$1\\\\', 'g')", "log(d)", "round(d)",
     "round(x)", "CAST(x AS int)", "CAST(d AS int)", "CAST(t AS int)", "extract(dow FROM ts)",
     "extract(isodow FROM ts)", "date_part('dow', ts)", "extract(millisecond FROM ts)", "abs(i)", "-i", "i * 3 + big",
-    "concat(s, t, 'x')", "split_part(s, ' ', 2)", "i / 2", "x::numeric",
+    "concat(s, t, 'x')", "split_part(s, ' ', 2)", "i / 2", "x::numeric", "ts AT TIME ZONE 'America/New_York'",
+    "timezone('Asia/Tokyo', ts AT TIME ZONE 'UTC')", "ts::date - DATE '2024-01-01'",
 ]
 
 
@@ -567,3 +577,23 @@ def test_functions_follow_postgresql(session, postgres):
     s.sql("UPDATE f SET big = 9223372036854775807, t = '12.7' WHERE id = 4")  # not an integer: NULL
     s.flush()
     assert sorted(rows_of(s.table("wrap"))) == [(1, None, 20, 0, 42), (4, None, None, -4, None)]
+
+
+def test_window_functions_over_groups_and_before_distinct(session):
+    """PostgreSQL evaluates window functions after GROUP BY / HAVING and before DISTINCT: a window
+    over aggregates (`rank() OVER (ORDER BY sum(v))`), positions and expressions as group keys, and
+    DISTINCT over windowed rows."""
+    s, model = session, Model()
+    setup(s, model, [("t", "id INTEGER, g INTEGER, v INTEGER", ["id"])])
+    epoch(s, model, [("insert", "t", [(1, 1, 5), (2, 1, 7), (3, 2, 5), (4, 3, 1), (5, 3, 2), (6, 4, None)])])
+    mvs = {"ranked": "SELECT g, sum(v) AS s, rank() OVER (ORDER BY sum(v) DESC NULLS LAST) AS r FROM t GROUP BY g",
+           "running": "SELECT g, count(*), sum(count(*)) OVER (ORDER BY g) AS c FROM t WHERE v > 1 GROUP BY 1 "
+                      "HAVING count(*) >= 1",
+           "parity": "SELECT g % 2 AS p, max(v) AS mx, lag(max(v)) OVER (ORDER BY g % 2) AS prev FROM t GROUP BY g % 2",
+           "firsts": "SELECT DISTINCT g, first_value(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN UNBOUNDED "
+                     "PRECEDING AND UNBOUNDED FOLLOWING) AS fv FROM t"}
+    create(s, model, mvs)
+    for batch in ([("insert", "t", [(7, 2, 9), (8, 5, 3)])],
+                  [("update", "t", {"v": "v + 4"}, "g = 3"), ("delete", "t", "id = 1")],
+                  [("update", "t", {"g": "g + 1"}, "id >= 6")]):
+        check(s, model, epoch(s, model, batch), mvs)

@@ -19,51 +19,46 @@ import pyarrow.compute as pc
 from sparkwave.core.chunk import Op
 
 OnConflict = Literal["overwrite", "ignore", "update_if_not_null"]
-ON_CONFLICT: tuple[OnConflict, ...] = ("overwrite", "ignore", "update_if_not_null")
 
-_EXISTS, _RANK, _I, _CUR = "_sw_exists", "_sw_rank", "_sw_i", "_sw_cur_"
+_OLD_SEQ = -1  # the old rows go first in each key's sequence
 
 
 def resolve(intents: pa.Table, old: pa.Table, key: list[str], values: list[str], rule: OnConflict) -> pa.Table:
     """`intents` `| _op | _seq | _vnode | key | values |` with each INSERT of a key that exists when it
-    comes (in the old rows `| key | values |`, or by an earlier intent) dropped or merged per `rule`.
-    Processed in rounds, the n-th intent of every key in round n: one vectorised pass per round, and
-    an epoch rarely writes a key more than once."""
+    comes (in the old rows `| _vnode | key | values |`, or by an earlier intent) dropped or merged
+    per `rule`. One sorted pass: a key exists after any intent but a key delete, so whether it
+    exists before an intent is told by the intent before it (the old row, for the first)."""
     inserts = pc.equal(intents["_op"], int(Op.INSERT))
     if rule == "overwrite" or not pc.any(inserts).as_py():
         return intents
-    ordered = intents.sort_by([*[(k, "ascending") for k in key], ("_seq", "ascending")])
-    ordered = ordered.append_column(_I, pa.array(range(ordered.num_rows), pa.int64()))
-    first = ordered.group_by(key, use_threads=False).aggregate([(_I, "min")])
-    ordered = ordered.join(first, keys=key).sort_by(_I)  # join reorders rows
-    ordered = ordered.append_column(_RANK, pc.subtract(ordered[_I], ordered[f"{_I}_min"]))
-    current = old.select([*key, *values]).append_column(_EXISTS, pa.array([True] * old.num_rows, pa.bool_()))
-    out = []
-    for r in range(pc.max(ordered[_RANK]).as_py() + 1):
-        rows = ordered.filter(pc.equal(ordered[_RANK], r)).select(intents.column_names)
-        rows, current = _round(rows, current, key, values, rule)
-        out.append(rows)
-    return pa.concat_tables(out).sort_by("_seq") if out else intents.slice(0, 0)
-
-
-def _round(rows: pa.Table, current: pa.Table, key: list[str], values: list[str], rule: OnConflict
-           ) -> tuple[pa.Table, pa.Table]:
-    """One intent per key against each key's current row: the intents kept (merged), and the
-    current rows after them."""
-    cur = current.rename_columns([c if c in key else _CUR + c for c in current.column_names])
-    both = rows.append_column(_I, pa.array(range(rows.num_rows), pa.int64())) \
-        .join(cur, keys=key, join_type="left outer").sort_by(_I)
-    exists = pc.fill_null(both[_CUR + _EXISTS], False)
-    conflict = pc.and_(pc.equal(both["_op"], int(Op.INSERT)), exists)
+    names = intents.column_names
+    held = old.select([c for c in names if c not in ("_op", "_seq")]).append_column(
+        "_op", pa.array([int(Op.UPDATE_INSERT)] * old.num_rows, pa.int8())).append_column(
+        "_seq", pa.array([_OLD_SEQ] * old.num_rows, pa.int64())).select(names)
+    rows = pa.concat_tables([held, intents.cast(held.schema)]).sort_by(
+        [*[(k, "ascending") for k in key], ("_seq", "ascending")])
+    n = rows.num_rows
+    first = pc.invert(_same_key_as_previous(rows, key))
+    before = pa.concat_arrays([pa.array([int(Op.KEY_DELETE)], pa.int8()), rows["_op"].combine_chunks().slice(0, n - 1)])
+    existed = pc.and_(pc.invert(first), pc.not_equal(before, int(Op.KEY_DELETE)))
+    conflict = pc.and_(pc.equal(rows["_op"], int(Op.INSERT)), existed)
     if rule == "ignore":
-        kept = both.filter(pc.invert(conflict))
+        rows = rows.filter(pc.invert(conflict))
     else:
-        kept = both
-        for v in values:
-            merged = pc.if_else(pc.and_(conflict, pc.is_null(both[v])), both[_CUR + v], both[v])
-            kept = kept.set_column(kept.schema.get_field_index(v), v, merged.cast(both.schema.field(v).type))
-    kept = kept.select(rows.column_names)
-    after = kept.select([*key, *values]).append_column(
-        _EXISTS, pc.not_equal(kept["_op"], int(Op.KEY_DELETE)))
-    untouched = current.join(kept.select(key), keys=key, join_type="left anti")
-    return kept, pa.concat_tables([untouched, after.cast(untouched.schema)])
+        position = pa.array(range(n), pa.int64())
+        for v in values:  # a conflicting INSERT's NULL takes the value the key had before it
+            fill = pc.and_(conflict, pc.is_null(rows[v]))
+            source = pc.fill_null_forward(pc.if_else(fill, pa.scalar(None, pa.int64()), position))
+            rows = rows.set_column(rows.schema.get_field_index(v), v, rows[v].take(source))
+    return rows.filter(pc.not_equal(rows["_seq"], _OLD_SEQ))
+
+
+def _same_key_as_previous(rows: pa.Table, key: list[str]) -> pa.Array:
+    """Per row of `rows` (sorted by `key`, at least one), whether the row before it has the same key."""
+    n = rows.num_rows
+    same = pa.array([True] * n, pa.bool_())
+    for k in key:
+        col = rows[k].combine_chunks()
+        equal = pc.fill_null(pc.equal(col.slice(1), col.slice(0, n - 1)), False)
+        same = pc.and_(same, pa.concat_arrays([pa.array([False]), equal]))
+    return same

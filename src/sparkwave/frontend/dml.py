@@ -2,7 +2,8 @@
 staged as a batch of intents for the next epoch.
 
 A batch is a Parquet folder `| _op | _seq | columns |` under `staging/`, written before the
-catalog records it, so a crash leaves at most an unreferenced folder. `_op` is +U (upsert) or
+catalog records it, so a crash leaves at most an unreferenced folder. `_op` is +I (an INSERT, which
+overwrites a key the table holds unless its ON CONFLICT says otherwise), +U (an UPDATE's new row) or
 KEY_DELETE; `_seq` orders batches and the rows inside them, so the last write to a key wins.
 
 A batch's `_seq` values (also the `_row_id` of rows it inserts into a table without a primary key)
@@ -28,7 +29,8 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
 from sparkwave.core.errors import CatalogError, DataError, SqlError
-from sparkwave.frontend.postgres import bytea_from_text, to_spark
+from sparkwave.core.schema import Column
+from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
@@ -52,12 +54,19 @@ def _q(name: str) -> SparkColumn:
     return F.col(f"`{name}`")
 
 
+def _cast_sql(column: Column, spark_type: str) -> str:
+    """A value into the column's type, NULL if it does not fit; text into bytea read as PostgreSQL does."""
+    if column.type.name == "bytea" and spark_type == "string":
+        return bytea_from_text_sql(f"`{column.name}`")
+    return f"try_cast(`{column.name}` AS {column.type.spark})"
+
+
 def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFrame:
     """Cast `df`'s columns to the table's types; a value that does not fit raises DataError naming
     the column, the value and its row."""
     cols = [c for c in rel.schema.columns if c.name in df.columns]
     cast = df.select(*[_q(c.name).alias(f"raw_{i}") for i, c in enumerate(cols)],
-                     *[F.expr(f"try_cast(`{c.name}` AS {c.type.spark})").alias(c.name) for c in cols])
+                     *[F.expr(_cast_sql(c, dict(df.dtypes)[c.name])).alias(c.name) for c in cols])
     bad = [(_q(f"raw_{i}").isNotNull() & _q(c.name).isNull()) for i, c in enumerate(cols)]
     nulls = [_q(k).isNull() for k in rel.schema.key if (kc := rel.schema.column(k)) and not kc.hidden]
     checks = bad + nulls
@@ -227,8 +236,6 @@ def _literal_table(columns: list[str], tuples: list[list[exp.Expr]]) -> pa.Table
         return pa.table({c: pa.array(v) for c, v in zip(columns, cols, strict=True)})
     except (_NotLiteral, pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
         return None
-
-
 
 
 def _check_insert_columns(rel: Relation, columns: list[str]) -> None:

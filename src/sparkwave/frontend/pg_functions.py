@@ -14,7 +14,9 @@ already translated; `type_of` gives an operand's Spark type.
 - `regexp_replace` replaces the first match unless the flags say `g`, reads `\\1` as a group and
   takes the flags `i`, `g`;
 - `extract` / `date_part`: `dow` counts from Sunday = 0, `isodow`, `millisecond`, `microsecond`;
-- a timestamptz as text ends with its zone, `+00` (the session's time zone is UTC)."""
+- a timestamptz as text ends with its zone, `+00` (the session's time zone is UTC);
+- `ts AT TIME ZONE z` (`timezone(z, ts)`) reads a timestamp as wall time in `z`; `date - date` is
+  a number of days."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 
 from pyspark.sql.types import (
     DataType,
+    DateType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -30,6 +33,7 @@ from pyspark.sql.types import (
     LongType,
     ShortType,
     StringType,
+    TimestampNTZType,
     TimestampType,
 )
 from sqlglot import exp
@@ -58,6 +62,8 @@ def _num(n: int) -> exp.Expr:
 
 def _arith(node: exp.Expr, type_of: TypeOf) -> exp.Expr | None:
     left, right = node.args["this"], node.args["expression"]
+    if isinstance(node, exp.Sub) and (days := _date_difference(node, type_of)) is not None:
+        return days
     if not (isinstance(type_of(left), IntegralType) and isinstance(type_of(right), IntegralType)):
         return None
     fn = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply"}[type(node)]  # type: ignore[index]
@@ -198,6 +204,31 @@ def _extract(node: exp.Extract, type_of: TypeOf) -> exp.Expr | None:
     return None
 
 
+def _at_time_zone(node: exp.Expr, type_of: TypeOf) -> exp.Expr | None:
+    """`x AT TIME ZONE z` / `timezone(z, x)`: a timestamp read as wall time in `z` (a timestamptz),
+    or a timestamptz as wall time in `z` (a timestamp)."""
+    if isinstance(node, exp.Anonymous):
+        if node.name.lower() != "timezone" or len(node.expressions) != 2:
+            return None
+        zone, value = node.expressions
+    else:
+        value, zone = node.this, node.args["zone"]
+    t = type_of(value)
+    if isinstance(t, TimestampNTZType):
+        return _call("to_utc_timestamp", value, zone)
+    if isinstance(t, TimestampType):
+        return exp.Cast(this=_call("from_utc_timestamp", value, zone),
+                        to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
+    return None
+
+
+def _date_difference(node: exp.Sub, type_of: TypeOf) -> exp.Expr | None:
+    """`date - date` is a number of days (Spark's: an interval)."""
+    if isinstance(type_of(node.this), DateType) and isinstance(type_of(node.expression), DateType):
+        return _call("datediff", node.this, node.expression)
+    return None
+
+
 def _similar_to(node: exp.SimilarTo, type_of: TypeOf) -> exp.Expr | None:
     raise SqlError("SIMILAR TO is not supported; write LIKE, or ~ with a regular expression")
 
@@ -206,6 +237,6 @@ _RULES: list[tuple[type | tuple[type, ...], Callable[..., exp.Expr | None]]] = [
     ((exp.Add, exp.Sub, exp.Mul), _arith), (exp.Neg, _neg), (exp.Abs, _abs), (exp.Cast, _cast),
     (exp.Round, _round), (exp.Log, _log), (exp.Substring, _substring), ((exp.Left, exp.Right), _left_right),
     (exp.Initcap, _initcap), (exp.RegexpReplace, _regexp_replace), (exp.Extract, _extract),
-    (exp.SimilarTo, _similar_to),
+    (exp.SimilarTo, _similar_to), ((exp.AtTimeZone, exp.Anonymous), _at_time_zone),
 ]
 NODES = tuple(k for kinds, _ in _RULES for k in (kinds if isinstance(kinds, tuple) else (kinds,)))

@@ -102,7 +102,12 @@ class Planner:
     # --- entry ---------------------------------------------------------------------------------
     def plan(self, query: exp.Expr) -> MvPlan:
         if isinstance(query, exp.Values):  # a query that is only VALUES
-            query = exp.select("*").from_(query.copy())
+            if query.args.get("limit") or query.args.get("offset"):
+                raise self.err("LIMIT / OFFSET on VALUES is not supported in a materialized view; list only the "
+                               "rows it should hold", "LIMIT" if query.args.get("limit") else "OFFSET")
+            query = query.copy()
+            query.set("order", None)  # an MV's rows have no order
+            query = exp.select("*").from_(query)
         node, outputs = self.select(rewrite(query))
         visible = [(n, i) for n, i in outputs]
         if columns := self.stmt.args.get("columns"):  # CREATE MATERIALIZED VIEW mv (a, b, ...) AS

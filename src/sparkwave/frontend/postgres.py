@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BinaryType,
@@ -40,6 +41,7 @@ from pyspark.sql.types import (
     StringType,
     TimestampNTZType,
     TimestampType,
+    YearMonthIntervalType,
 )
 from pyspark.sql.utils import AnalysisException
 from sqlglot import exp
@@ -51,6 +53,7 @@ from sparkwave.frontend.pg_functions import NODES, translate
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
 _BINARY = (exp.DataType.Type.VARBINARY, exp.DataType.Type.BINARY)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 NUMERIC_SCALE = 15  # of a float or text cast to numeric: PostgreSQL's float8 has 15 significant digits
 
 
@@ -70,8 +73,8 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
     """`e`, over the internal `columns` (name, Spark type), in Spark SQL with PostgreSQL's meaning.
     Innermost first: an outer node sees its operands' translated types."""
     types = _Types(spark, columns)
-    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *NODES,
-                                         bfs=False))):
+    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *_COMPARISONS,
+                                         exp.In, exp.Coalesce, *NODES, bfs=False))):
         new = _translate(node, types)
         if new is None:
             new = translate(node, types.of)
@@ -154,6 +157,12 @@ def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
     elif isinstance(node, exp.Cast) and node.to.this in _BINARY and isinstance(node.this, exp.Literal) \
             and node.this.is_string:
         return bytea_literal(node.this.this)
+    elif isinstance(node, exp.Cast) and node.to.this in _BINARY and isinstance(types.of(node.this), StringType):
+        return sqlglot.parse_one(bytea_from_text_sql(node.this.sql(dialect="spark")), read="spark")
+    elif isinstance(node, (*_COMPARISONS, exp.In, exp.Coalesce)) and _bytea_operands(node, types):
+        for operand in [*node.iter_expressions()]:  # in place: the node stays
+            if isinstance(operand, exp.Literal) and operand.is_string:
+                operand.replace(bytea_literal(operand.this))
     elif isinstance(node, exp.Cast) and node.to.this in exp.DataType.TEXT_TYPES \
             and isinstance(types.of(node.this), BinaryType):
         return _call("concat", exp.Literal.string("\\x"), _call("lower", _call("hex", node.this)))
@@ -164,9 +173,15 @@ def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
         how = fmt.this.lower() if isinstance(fmt, exp.Literal) and fmt.is_string else None
         if how not in ("hex", "base64"):
             raise SqlError(f"{node.key}(..., {fmt.sql() if fmt else ''}) is not supported; supported: 'hex', 'base64'")
-        if isinstance(node, exp.Encode):
-            return _call("lower", _call("hex", node.this)) if how == "hex" else _call("base64", node.this)
-        return _call("unhex", node.this) if how == "hex" else _call("unbase64", node.this)
+        if isinstance(node, exp.Encode):  # PostgreSQL's base64 breaks lines after 76 characters
+            return _call("lower", _call("hex", node.this)) if how == "hex" else _call(
+                "regexp_replace", _call("base64", node.this), exp.Literal.string("(.{76})(?!$)"),
+                exp.Literal.string("$1\n"))
+        if how == "base64":
+            return _call("unbase64", node.this)
+        even = exp.EQ(this=exp.Mod(this=_call("length", node.this), expression=exp.Literal.number(2)),
+                      expression=exp.Literal.number(0))
+        return exp.If(this=even, true=_call("unhex", node.this.copy()), false=exp.Null())  # PostgreSQL: an error
     elif isinstance(node, exp.Anonymous) and node.name.upper() == "TO_CHAR" and len(node.expressions) == 2:
         value, pattern = node.expressions
         t = types.of(value)
@@ -184,12 +199,10 @@ def _epoch(value: exp.Expr, t: DataType | None) -> exp.Expr:
     """`extract(epoch FROM x)`, which Spark lacks: seconds since 1970-01-01 00:00 (a timestamp without
     time zone read as UTC, as PostgreSQL does) or in an interval, as numeric with microseconds."""
     micros: exp.Expr
-    if isinstance(t, DayTimeIntervalType):
-        parts = [("DAY", 86_400_000_000), ("HOUR", 3_600_000_000), ("MINUTE", 60_000_000)]
-        micros = exp.Add(this=_sum([exp.Mul(this=exp.Extract(this=exp.var(f), expression=value.copy()),
-                                            expression=exp.Literal.number(m)) for f, m in parts]),
-                         expression=exp.Mul(this=exp.Extract(this=exp.var("SECOND"), expression=value.copy()),
-                                            expression=exp.Literal.number(1_000_000)))
+    if isinstance(t, DayTimeIntervalType):  # the interval after the epoch: any of its fields
+        micros = _call("unix_micros", exp.Add(this=exp.Cast(this=exp.Literal.string("1970-01-01 00:00:00+00:00"),
+                                                           to=exp.DataType.build("TIMESTAMP", dialect="spark")),
+                                              expression=exp.Paren(this=value)))
     elif isinstance(t, DateType):
         micros = exp.Mul(this=_call("unix_date", value), expression=exp.Literal.number(86_400_000_000))
     elif isinstance(t, TimestampNTZType):
@@ -197,17 +210,26 @@ def _epoch(value: exp.Expr, t: DataType | None) -> exp.Expr:
     elif isinstance(t, TimestampType):
         micros = _call("unix_micros", value)
     else:
-        raise SqlError("extract(epoch FROM ...) takes a timestamp, a date or an interval, not "
-                       f"{t and t.simpleString()}")
+        what = "a year-month interval (its length in seconds is not fixed)" if isinstance(t, YearMonthIntervalType) \
+            else f"a value of type {t.simpleString() if t is not None else 'unknown'}"
+        raise SqlError(f"extract(epoch FROM ...) takes a timestamp, a date or a day-time interval, not {what}")
     return exp.Div(this=exp.Cast(this=micros, to=exp.DataType.build("DECIMAL(38, 6)")),
                    expression=exp.Literal.number(1_000_000))
 
 
-def _sum(terms: list[exp.Expr]) -> exp.Expr:
-    out = terms[0]
-    for t in terms[1:]:
-        out = exp.Add(this=out, expression=t)
-    return out
+def _bytea_operands(node: exp.Expr, types: _Types) -> bool:
+    """Whether a comparison, IN or COALESCE has a bytea operand (its text constants are then bytea)."""
+    operands = list(node.iter_expressions())
+    return any(isinstance(o, exp.Literal) and o.is_string for o in operands) and any(
+        not isinstance(o, exp.Literal) and isinstance(types.of(o), BinaryType) for o in operands)
+
+
+def bytea_from_text_sql(text_sql: str) -> str:
+    """Spark SQL reading text as PostgreSQL's bytea input: `\\x` and hex digits (an odd count, or a
+    non-digit: NULL), else the text's bytes (NULL if it has a backslash escape: write hex)."""
+    return (f"CASE WHEN startswith({text_sql}, '\\\\x') THEN CASE WHEN length({text_sql}) % 2 = 0 "
+            f"THEN unhex(substr({text_sql}, 3)) END WHEN instr({text_sql}, '\\\\') = 0 THEN CAST({text_sql} AS "
+            "BINARY) END")
 
 
 def bytea_literal(text: str) -> exp.Expr:

@@ -4,6 +4,9 @@
   twice; later CTEs may use earlier ones);
 - `agg(x) FILTER (WHERE c)`: `agg(CASE WHEN c THEN x END)` (`count(*)` counts `CASE WHEN c THEN 1
   END`): aggregates skip NULLs, so the rows failing `c` add nothing;
+- window functions in an aggregating or DISTINCT query: the grouping in a subquery (each group
+  expression and aggregate call a hidden column), the windows over its rows, DISTINCT over those
+  (PostgreSQL's order of evaluation);
 - `ORDER BY` without `LIMIT`/`OFFSET`: dropped, as RisingWave does (an MV's rows have no order;
   read them with `ORDER BY`);
 - `ORDER BY ... LIMIT n [OFFSET m]`: the rows whose `row_number() OVER (ORDER BY ...)` is in
@@ -30,6 +33,9 @@ def rewrite(query: exp.Expr) -> exp.Expr:
         if isinstance(f.this, exp.AggFunc):
             f.replace(_filtered(f.this, f.expression.this))
     for sel in reversed(list(query.find_all(exp.Select))):  # innermost first: an outer one copies them
+        if any(e.find(exp.Window) for e in sel.expressions) and (_aggregating(sel) or sel.args.get("distinct")):
+            split = _windows_after_grouping(sel)
+            query, sel = _replace(query, sel, split), split
         distinct = sel.args.get("distinct")
         if distinct is not None and distinct.args.get("on") is not None:
             query = _replace(query, sel, _distinct_on(sel))
@@ -50,6 +56,95 @@ def rewrite(query: exp.Expr) -> exp.Expr:
                                  "bool_or" if isinstance(node, exp.LogicalOr) else "bool_and")
             node.replace(new)
     return unnest(query)
+
+
+def _aggregating(sel: exp.Select) -> bool:
+    return bool(sel.args.get("group") or sel.args.get("having") or _group_aggregates(sel))
+
+
+def _group_aggregates(sel: exp.Select) -> list[exp.AggFunc]:
+    """The aggregate calls of `sel`'s SELECT list and ORDER BY, but the window functions' own."""
+    parts = [*sel.expressions, *(sel.args["order"].expressions if sel.args.get("order") else [])]
+    return [a for p in parts for a in p.find_all(exp.AggFunc)
+            if not (isinstance(a.parent, exp.Window) and a.arg_key == "this") and a.find_ancestor(exp.Select) is sel]
+
+
+def _windows_after_grouping(sel: exp.Select) -> exp.Select:
+    """PostgreSQL computes window functions after GROUP BY / HAVING and before DISTINCT: `sel` as
+    its grouping in a subquery (each group expression and aggregate call a hidden column), with the
+    SELECT list's windows over that subquery's rows, then DISTINCT over those."""
+    outer = sel.copy()
+    for i, item in enumerate(outer.expressions):  # keep each output's name once its terms are renamed
+        if not isinstance(item, exp.Alias) and not _is_star(item):
+            item.replace(exp.alias_(item.copy(), _output_name(item, i)))
+    if _aggregating(sel):
+        groups = [_order_term(sel, g, "GROUP BY") for g in sel.args["group"].expressions] if sel.args.get("group") \
+            else []
+        inner = sel.copy()
+        if groups:
+            inner.set("group", exp.Group(expressions=[g.copy() for g in groups]))
+        for arg in ("distinct", "order", "limit", "offset"):
+            inner.set(arg, None)
+        items: list[exp.Expr] = []
+        names: dict[str, str] = {}  # an aggregate call's SQL -> its column: each computed once
+        for call in _group_aggregates(outer):
+            name = names.setdefault(call.sql(), f"{HIDDEN_PREFIX}a{len(names)}")
+            if len(items) < len(names):
+                items.append(exp.alias_(call.copy(), name))
+            call.replace(exp.column(name))
+        for i, g in enumerate(groups):
+            name = f"{HIDDEN_PREFIX}g{i}"
+            items.append(exp.alias_(g.copy(), name))
+            for node in list(outer.find_all(type(g))):
+                if _same_term(node, g):
+                    node.replace(exp.column(name))
+        inner.set("expressions", items)
+        for arg in ("where", "group", "having", "joins", "laterals"):
+            outer.set(arg, None)
+        outer.set("from_" if "from_" in outer.args else "from", exp.From(this=exp.Subquery(
+            this=inner, alias=exp.TableAlias(this=exp.to_identifier(f"{HIDDEN_PREFIX}grouped")))))
+        outputs = {e.alias.lower() for e in outer.expressions if isinstance(e, exp.Alias)}
+        loose = [c for c in outer.find_all(exp.Column)
+                 if not c.name.startswith(HIDDEN_PREFIX) and c.find_ancestor(exp.Select) is outer
+                 and not (c.find_ancestor(exp.Order) is outer.args.get("order") and not c.table
+                          and c.name.lower() in outputs)]
+        if loose:
+            raise SqlError(f"column {loose[0].sql(dialect='postgres')} must appear in the GROUP BY clause or be used "
+                           "in an aggregate function")
+    if outer.args.get("distinct") is not None and not any(_is_star(e) for e in outer.expressions):
+        windowed = outer.copy()
+        windowed.set("distinct", None)
+        for arg in ("order", "limit", "offset"):
+            windowed.set(arg, None)
+        below = exp.Subquery(this=windowed, alias=exp.TableAlias(this=exp.to_identifier(f"{HIDDEN_PREFIX}windowed")))
+        outer = exp.select(*[exp.column(e.alias) for e in windowed.expressions]).from_(below).distinct()
+        for arg in ("order", "limit", "offset"):
+            if sel.args.get(arg) is not None:
+                outer.set(arg, sel.args[arg].copy())
+    return outer
+
+
+def _same_term(node: exp.Expr, group: exp.Expr) -> bool:
+    """Whether a SELECT term is the GROUP BY expression (a column named alike, qualified or not)."""
+    if isinstance(group, exp.Column) and isinstance(node, exp.Column):
+        return node.name.lower() == group.name.lower() and (not node.table or not group.table
+                                                            or node.table.lower() == group.table.lower())
+    return node == group
+
+
+def _output_name(item: exp.Expr, i: int) -> str:
+    """PostgreSQL's name of an unnamed SELECT item (as the planner gives it)."""
+    if isinstance(item, exp.Column):
+        return item.name.lower()
+    if isinstance(item, exp.Cast) and isinstance(item.this, exp.Column):
+        return item.this.name.lower()
+    if isinstance(item, exp.Window):
+        item = item.this
+    if isinstance(item, exp.Anonymous):
+        return item.name.lower()
+    if isinstance(item, exp.Func):
+        return (item.sql_name() or f"_col{i}").lower()
+    return f"_col{i}"
 
 
 def _bool_agg(arg: exp.Expr, every: bool) -> exp.Expr:

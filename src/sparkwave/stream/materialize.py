@@ -1,8 +1,9 @@
 """Materialize: turn an epoch's chunk into the relation's log rows.
 
-- A table receives *intents* (upserts and key deletes from DML and sources). Its materialize step
-  looks up the old rows of the touched keys as of the previous epoch, so that the change it logs
-  is consistent: +I for a new key, -U/+U for a changed row, -D for a deleted one, and nothing for
+- A table receives *intents* (inserts, upserts and key deletes from DML and sources). Its
+  materialize step looks up the old rows of the touched keys as of the previous epoch, applies the
+  table's ON CONFLICT rule to the inserts (`core/conflict.py`), so that the change it logs is
+  consistent: +I for a new key, -U/+U for a changed row, -D for a deleted one, and nothing for
   an upsert that changes nothing.
 - An MV's root step (`Materialize`) turns its operator tree's Z-set into log rows: the root's
   columns renamed to the MV's, netted per MV key into one change per key.
