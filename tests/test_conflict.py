@@ -52,8 +52,9 @@ def test_intents_follow_the_rule_in_statement_order(rule):
         assert {(r["k"], r["a"]) for r in out.to_pylist() if r["_op"] == Op.INSERT} == {(3, 30), (2, 21), (4, None)}
 
 
-def test_a_hot_key_costs_one_pass():
-    """Many writes of one key in an epoch (an upsert topic's hot key) resolve in one sorted pass."""
+def test_a_key_written_many_times_in_an_epoch():
+    """Many writes of one key in an epoch (an upsert topic's hot key): each INSERT meets the row as
+    the writes before it left it."""
     n = 200_000
     old = pa.table({"_vnode": pa.array([0], pa.int16()), "k": pa.array([1], pa.int64()),
                     "a": pa.array([0], pa.int64())})

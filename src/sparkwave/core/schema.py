@@ -122,17 +122,33 @@ def parse_type(text: str) -> SqlType:
     )
 
 
-def from_spark(dtype: DataType) -> SqlType:
-    """The SqlType of a Spark DataType (the result type of an MV's expression)."""
+def _spark_classes() -> dict[type, str]:
+    """Spark's DataType classes and our type names (ByteType first: ShortType is smallint's own)."""
     from pyspark.sql import types as T
 
-    simple = {
+    return {
         T.BooleanType: "boolean", T.ByteType: "smallint", T.ShortType: "smallint", T.IntegerType: "int",
         T.LongType: "bigint", T.FloatType: "real", T.DoubleType: "double", T.StringType: "varchar",
         T.DateType: "date", T.TimestampNTZType: "timestamp", T.TimestampType: "timestamptz",
         T.BinaryType: "bytea",
     }
-    for cls, name in simple.items():
+
+
+def to_spark_type(t: SqlType) -> DataType:
+    """The Spark DataType of a SqlType (no JVM round trip, unlike parsing `t.spark`)."""
+    from pyspark.sql import types as T
+
+    if t.name.startswith("decimal"):
+        return T.DecimalType(*_decimal_ps(t.name))
+    cls = next(c for c, name in reversed(list(_spark_classes().items())) if name == t.name)
+    return cls()
+
+
+def from_spark(dtype: DataType) -> SqlType:
+    """The SqlType of a Spark DataType (the result type of an MV's expression)."""
+    from pyspark.sql import types as T
+
+    for cls, name in _spark_classes().items():
         if isinstance(dtype, cls):
             return SqlType(name)
     if isinstance(dtype, T.DecimalType):

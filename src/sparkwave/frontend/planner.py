@@ -37,7 +37,7 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
 from sparkwave.frontend.postgres import spark_ddl, to_spark
-from sparkwave.frontend.rewrite import rewrite
+from sparkwave.frontend.rewrite import output_name, rewrite
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
 from sparkwave.frontend.subqueries import HIDDEN_PREFIX, JOINED_PREFIX, conjuncts
@@ -271,8 +271,8 @@ class Planner:
         windowed = any(p.find(exp.Window) for p in q.expressions)
         if q.args.get("group") or aggs or having is not None or q.args.get("distinct"):
             if windowed:
-                raise self.err("window functions (OVER ...) in an aggregating or DISTINCT query are not supported; "
-                               "aggregate in a subquery and compute the window over it", "OVER")
+                raise self.err("window functions (OVER ...) with SELECT DISTINCT * are not supported; name the "
+                               "columns", "OVER")
             return self.aggregate(q, node, items, predicate)
         if windowed:  # after WHERE, before the SELECT list
             q, node = self.over(q, node, items, predicate)
@@ -302,7 +302,7 @@ class Planner:
                 out += [(c, self.name(c), sql) for c, sql in listed]
                 continue
             inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
-            name = _output_name(proj, inner, i)
+            name = output_name(proj, i)
             if name in RESERVED_COLUMNS:
                 raise self.err(f"output column name {name!r} is reserved", name)
             out.append((name, self.name(name), self.resolve(inner, items, f"SELECT item {i + 1}")))
@@ -667,7 +667,7 @@ class Planner:
             node = self.project(node, [(n, f"`{n}`") for n in node.names], predicate, node.key)
         q = q.copy()
         q.set("expressions", [p if isinstance(p, exp.Alias) or not p.find(exp.Window) else exp.alias_(
-            p, _window_name(p) if isinstance(p, exp.Window) else _output_name(p, p, i))  # PostgreSQL's name
+            p, output_name(p, i))  # PostgreSQL's name
             for i, p in enumerate(q.expressions)])
         alias = f"{JOINED_PREFIX}over{next(self._ids)}"
         hidden = _Item(alias, node, {f"{HIDDEN_PREFIX}side": SIDE}, [])
@@ -836,7 +836,7 @@ class Planner:
             inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
             if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)):
                 raise self.err("SELECT * is not allowed with GROUP BY; name the columns", "*")
-            name = _output_name(proj, inner, i)
+            name = output_name(proj, i)
             if name in RESERVED_COLUMNS:
                 raise self.err(f"output column name {name!r} is reserved", name)
             post.append((name, self.name(name), rewrite(inner, f"SELECT item {i + 1}")))
@@ -1006,22 +1006,3 @@ def _pow10(e: int) -> str:
 def _agg_calls(e: exp.Expr) -> list[exp.AggFunc]:
     """The aggregate calls of `e` (not those a window function computes over its partition)."""
     return [a for a in e.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
-
-
-def _window_name(w: exp.Window) -> str:
-    fn = w.this
-    return (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
-
-
-def _output_name(proj: exp.Expr, inner: exp.Expr, i: int) -> str:
-    if isinstance(proj, exp.Alias):
-        return proj.alias.lower()
-    if isinstance(inner, exp.Column):
-        return inner.name.lower()
-    if isinstance(inner, exp.Cast) and isinstance(inner.this, exp.Column):
-        return inner.this.name.lower()
-    if isinstance(inner, exp.Anonymous):
-        return inner.name.lower()
-    if isinstance(inner, exp.Func):
-        return (inner.sql_name() or f"_col{i}").lower()
-    return f"_col{i}"

@@ -25,7 +25,6 @@ import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BinaryType,
-    BooleanType,
     ByteType,
     DataType,
     DateType,
@@ -48,7 +47,7 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 
 from sparkwave.core.errors import SqlError
-from sparkwave.core.schema import SqlType
+from sparkwave.core.schema import SqlType, to_spark_type
 from sparkwave.frontend.pg_functions import NODES, translate
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
@@ -101,7 +100,7 @@ class _Types:
 
     def of(self, e: exp.Expr) -> DataType | None:
         if isinstance(e, exp.Column) and not e.table and (t := self._columns.get(e.name)) is not None:
-            return _spark_type(SqlType(t))  # a column's type, without asking Spark
+            return to_spark_type(SqlType(t))  # a column's type, without asking Spark
         if isinstance(e, exp.Literal) and e.is_int:
             return IntegerType() if -(2**31) <= int(e.this) < 2**31 else LongType()
         if isinstance(e, exp.Literal) and e.is_string:
@@ -112,15 +111,6 @@ class _Types:
             return self._frame.selectExpr(e.sql(dialect="spark")).schema.fields[0].dataType
         except AnalysisException:
             return None  # the whole expression's analysis reports it, naming the query
-
-
-def _spark_type(t: SqlType) -> DataType:
-    if t.name.startswith("decimal"):
-        p, scale = t.name[len("decimal("):-1].split(",")
-        return DecimalType(int(p), int(scale))
-    return {"boolean": BooleanType(), "smallint": ShortType(), "int": IntegerType(), "bigint": LongType(),
-            "real": FloatType(), "double": DoubleType(), "varchar": StringType(), "date": DateType(),
-            "timestamp": TimestampNTZType(), "timestamptz": TimestampType(), "bytea": BinaryType()}[t.name]
 
 
 def untyped_to_spark(e: exp.Expr) -> str:

@@ -76,7 +76,7 @@ def _windows_after_grouping(sel: exp.Select) -> exp.Select:
     outer = sel.copy()
     for i, item in enumerate(outer.expressions):  # keep each output's name once its terms are renamed
         if not isinstance(item, exp.Alias) and not _is_star(item):
-            item.replace(exp.alias_(item.copy(), _output_name(item, i)))
+            item.replace(exp.alias_(item.copy(), output_name(item, i)))
     if _aggregating(sel):
         groups = [_order_term(sel, g, "GROUP BY") for g in sel.args["group"].expressions] if sel.args.get("group") \
             else []
@@ -132,8 +132,10 @@ def _same_term(node: exp.Expr, group: exp.Expr) -> bool:
     return node == group
 
 
-def _output_name(item: exp.Expr, i: int) -> str:
-    """PostgreSQL's name of an unnamed SELECT item (as the planner gives it)."""
+def output_name(item: exp.Expr, i: int) -> str:
+    """PostgreSQL's name of the `i`-th SELECT item: its alias, column, function or window function."""
+    if isinstance(item, exp.Alias):
+        return item.alias.lower()
     if isinstance(item, exp.Column):
         return item.name.lower()
     if isinstance(item, exp.Cast) and isinstance(item.this, exp.Column):
