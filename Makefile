@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test chaos bench lint java
+.PHONY: demo test chaos test-cluster bench lint java
 
 java:
 	@bash scripts/check-java.sh
@@ -28,6 +28,13 @@ test: java $(VENV)/.installed
 chaos: java $(VENV)/.installed
 	$(BIN)/python -m pytest -m "" tests/test_crash.py tests/test_backfill_crash.py tests/test_dataflow_crash.py \
 		tests/test_kafka.py tests/test_kafka_source.py tests/test_sinks.py tests/test_chaos.py
+
+# The oracle, backfill, Kafka and Nexmark tests on two executor JVMs with Python workers of their own
+# (`make test` runs tests/test_cluster.py, a subset of them, on the same kind of cluster).
+test-cluster: java $(VENV)/.installed
+	SPARKWAVE_TEST_MASTER='local-cluster[2,1,1024]' $(BIN)/python -m pytest -n 0 tests/test_oracle.py \
+		tests/test_dataflow_oracle.py tests/test_backfill.py tests/test_chunked_backfill.py tests/test_kafka.py \
+		tests/test_nexmark.py
 
 bench: java $(VENV)/.installed
 	$(BIN)/python -m bench.run_all

@@ -61,4 +61,11 @@ QUERIES = {
               FROM TUMBLE(auction, date_time, INTERVAL '10' SECOND)
               GROUP BY seller, window_start, window_end) A
         ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+    "q9": """SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, category,
+            auction, bidder, price, bid_date_time
+        FROM (SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
+                     ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC) AS rownum
+              FROM auction A, bid B
+              WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires) AS tmp
+        WHERE rownum <= 1""",
 }
