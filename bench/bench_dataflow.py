@@ -30,7 +30,9 @@ EPOCHS = 6
 AGG = "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS mx FROM f GROUP BY g"
 JOIN = "SELECT f.id, f.v, d.name FROM f JOIN d ON f.g = d.g"
 STEADY_S = float(os.environ.get("SPARKWAVE_BENCH_NEXMARK_S", 20))
-NEXMARK_QUERIES = os.environ.get("SPARKWAVE_BENCH_NEXMARK_QUERIES", ",".join(QUERIES)).split(",")
+NEXMARK_QUERIES = [q.strip() for q in os.environ.get("SPARKWAVE_BENCH_NEXMARK_QUERIES", ",".join(QUERIES)).split(",")
+                   if q.strip()]
+assert set(NEXMARK_QUERIES) <= set(QUERIES), f"no such query: {set(NEXMARK_QUERIES) - set(QUERIES)}"
 BIDS_PER_S = int(os.environ.get("SPARKWAVE_BENCH_NEXMARK_RATE", 100_000))
 
 # Published Nexmark throughput per core, rows/s (thousands); RisingWave's page has no q9.

@@ -1,0 +1,17 @@
+"""The test suite. Child processes (crash, chaos and cluster scenarios) import their helpers from here."""
+
+import os
+import shutil
+from pathlib import Path
+
+# `make test-cluster` sets it to a cluster of executor JVMs (`local-cluster[2,1,1024]`): nothing may
+# rely on executors sharing the driver's process or memory. The crash tests' children inherit it.
+TEST_MASTER = os.environ.get("SPARKWAVE_TEST_MASTER", "local[2]")
+
+
+def remove_worker_dir(app_id: str) -> None:
+    """A local cluster's workers keep each application's executor folders under PySpark's `work/`;
+    a test removes its own application's when done."""
+    import pyspark
+
+    shutil.rmtree(Path(pyspark.__file__).parent / "work" / app_id, ignore_errors=True)

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 import sparkwave
 from sparkwave.core.spark import create_spark
+from tests import TEST_MASTER
 from tests.oracle import to_sql
 
 TABLES = {  # name: (sparkwave DDL, DuckDB columns, column names, key)
@@ -174,7 +175,7 @@ def setup(s: sparkwave.Session) -> None:
 
 
 def main(warehouse: str, journal: str, seed: int, steps: int) -> None:
-    spark = create_spark("local[2]")
+    spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=300) as s:
         setup(s)
         s.flush()  # DML staged before a kill is committed before anything reads the tables

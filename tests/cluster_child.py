@@ -3,11 +3,12 @@ SparkContext: on `local-cluster[2,1,1024]` (two executor JVMs with Python worker
 project/filter, aggregate and join MVs in the main graph, then an aggregate over a join created
 mid-stream by a snapshot backfill, each equal to DuckDB's evaluation at the committed epochs.
 
-Usage: python -m tests.cluster_child WAREHOUSE. Prints `checked E epochs` and `executors N`; an
-inequality raises (exit status 1)."""
+Usage: python -m tests.cluster_child WAREHOUSE. Prints `app ID`, `executors N` and `checked E
+epochs`; an inequality raises (exit status 1)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import sparkwave
@@ -27,7 +28,16 @@ def check(s: sparkwave.Session, model: Model, epoch: int, names: list[str]) -> N
 
 
 def main(warehouse: str) -> None:
+    # The SparkContext starts once both executors have registered (or gives up after 5 minutes, and
+    # the count below tells), so every job of the scenario may run on either.
+    # (the ratio is of `spark.cores.max`: the cluster's two one-core executors)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.cores.max=2 "
+                                         "--conf spark.scheduler.minRegisteredResourcesRatio=1.0 "
+                                         "--conf spark.scheduler.maxRegisteredResourcesWaitingTime=300s pyspark-shell")
     spark = create_spark(MASTER)
+    print(f"app {spark.sparkContext.applicationId}", flush=True)
+    # the memory status lists the driver's block manager too
+    print(f"executors {spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}", flush=True)
     model = Model()
     for t in flow.TABLES:
         model.table(*t)
@@ -52,8 +62,6 @@ def main(warehouse: str) -> None:
             model.apply_epoch(statements)
             check(s, model, s.flush(), ["f", "dim", *names])
     print(f"checked {i + 1} epochs", flush=True)
-    # every epoch's jobs ran by now, so both executors have registered (the status counts the driver)
-    print(f"executors {spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}", flush=True)
     spark.stop()
 
 

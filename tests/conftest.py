@@ -1,23 +1,20 @@
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import sparkwave
 from sparkwave.cli.kafka_broker import Broker
 from sparkwave.core.spark import create_spark
-
-# `make test-cluster` sets it to a cluster of executor JVMs (`local-cluster[2,1,1024]`): nothing may
-# rely on executors sharing the driver's process or memory.
-MASTER = os.environ.get("SPARKWAVE_TEST_MASTER", "local[2]")
+from tests import TEST_MASTER, remove_worker_dir
 
 
 @pytest.fixture(scope="session")
 def spark():
-    s = create_spark(MASTER)
+    s = create_spark(TEST_MASTER)
     yield s
+    app = s.sparkContext.applicationId
     s.stop()
+    remove_worker_dir(app)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import sys
 
 import sparkwave
 from sparkwave.core.spark import create_spark
+from tests import TEST_MASTER
 from tests.oracle import to_sql
 
 SETUP = [
@@ -42,7 +43,7 @@ def batch(i: int) -> list[tuple]:
 
 
 def main(warehouse: str, progress: str) -> None:
-    spark = create_spark("local[2]")
+    spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         s.sql(";".join(SETUP))
         s.flush()

@@ -12,6 +12,7 @@ import sys
 
 import sparkwave
 from sparkwave.core.spark import create_spark
+from tests import TEST_MASTER
 from tests.backfill_crash_child import run_batches
 from tests.oracle import values_sql
 
@@ -45,7 +46,7 @@ def batch(i: int) -> list[tuple]:
 
 
 def main(warehouse: str, progress: str) -> None:
-    spark = create_spark("local[2]")
+    spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         s.sql("CREATE TABLE f (id int, g int, v int, PRIMARY KEY (id)); "
               "CREATE TABLE dim (g int, name varchar, PRIMARY KEY (g))")

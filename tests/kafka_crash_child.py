@@ -9,6 +9,7 @@ import sys
 
 import sparkwave
 from sparkwave.core.spark import create_spark
+from tests import TEST_MASTER
 
 PER_EPOCH = 30
 MV = "SELECT p, count(*) AS n, sum(price) AS total, max(o) AS last FROM ev GROUP BY p"
@@ -22,7 +23,7 @@ def setup_sql(bootstrap: str, topic: str) -> str:
 
 
 def main(warehouse: str, bootstrap: str, topic: str) -> None:
-    spark = create_spark("local[2]")
+    spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         s.sql(setup_sql(bootstrap, topic))
         while True:

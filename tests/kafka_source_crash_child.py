@@ -11,6 +11,7 @@ import sys
 
 import sparkwave
 from sparkwave.core.spark import create_spark
+from tests import TEST_MASTER
 from tests.kafka_util import Topic
 from tests.test_kafka_source import MVS, source_sql
 
@@ -18,7 +19,7 @@ MESSAGES = 800
 
 
 def main(warehouse: str, bootstrap: str, topic: str) -> None:
-    spark = create_spark("local[2]")
+    spark = create_spark(TEST_MASTER)
     t = Topic.__new__(Topic)  # the existing topic: only its name and broker
     t.bootstrap, t.name = bootstrap, topic
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:

@@ -14,6 +14,7 @@ from pathlib import Path
 import sparkwave
 import sparkwave.meta.sinks as sinks
 from sparkwave.core.spark import create_spark
+from tests import TEST_MASTER
 from tests.sink_util import MV_QUERIES, T_DDL, wait_sink
 
 sinks.SNAPSHOT_CHUNK_ROWS = 3  # the sink backfill takes several deliveries
@@ -23,7 +24,7 @@ SINKS = ("s_agg", "s_log", "s_kafka")
 
 
 def main(warehouse: str, pg: str, final_file: str, bootstrap: str, topic: str) -> None:
-    spark = create_spark("local[2]")
+    spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         first = s.catalog.relation("t") is None
         if first:

@@ -38,7 +38,7 @@ def test_nexmark_queries_equal_duckdb_created_before_and_mid_stream(spark, tmp_p
             check(s, s.flush(), early)
         assert all(s.table(q).count() > 0 for q in ("q0", "q3", "q4", "q5", "q7", "q8", "q9"))
 
-        s.sql("SET background_ddl = true; SET backfill_chunk_rows = 500")
+        s.sql("SET background_ddl = true; SET backfill_chunk_rows = 2000")  # a few chunks each
         for q, sql in QUERIES.items():
             s.sql(f"CREATE MATERIALIZED VIEW {q}_late AS {sql}")
         during = [s.flush() for _ in range(2)]  # the pipeline commits while the late MVs backfill

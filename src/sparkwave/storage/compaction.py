@@ -32,7 +32,7 @@ class BaseFiles:
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode range skips the others
 # State tables are read by point lookups (see file_index.py): a row group bounds the rows a key
 # reads. Measured on sorted 1.3M- and 10M-row state files against 512-row groups: a 1k-key lookup
-# is as fast or faster (97 vs 111 ms at 10M rows: fewer groups to seek), a 10-key one 1 ms slower,
+# is as fast or faster (97 vs 111 ms at 10M rows: fewer groups to seek), a 10-key one 1-3 ms slower,
 # the footer parses 10x faster, and Spark writes the files 3.5x faster (5.3 vs 18.9 s at 10M rows).
 STATE_ROW_GROUP_ROWS = 4096
 
@@ -68,8 +68,8 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
         out = out.sortWithinPartitions(f"`{leading_column(rel)}`")
     writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
     if rel.kind == "state" and lookups:
-        # No dictionaries: in row groups this small they rarely pay for themselves (1.3M rows of
-        # 4,096-row groups written in 0.6-0.8 s without, 1.1-1.4 s with).
+        # No dictionaries: within a few thousand rows they rarely pay for themselves (1.3M rows in
+        # 2,048- or 8,192-row groups: written in 0.6-1.1 s without, 1.0-1.7 s with).
         writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS) \
             .option("parquet.enable.dictionary", "false")
     writer.parquet(str(staging))
