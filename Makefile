@@ -30,7 +30,7 @@ chaos: java $(VENV)/.installed
 		tests/test_kafka.py tests/test_kafka_source.py tests/test_sinks.py tests/test_chaos.py
 
 # The oracle, backfill, Kafka and Nexmark tests on two executor JVMs with Python workers of their own
-# (`make test` runs tests/test_cluster.py, a subset of them, on the same kind of cluster).
+# (`make test` runs a smaller scenario of its own, tests/test_cluster.py, on the same kind of cluster).
 test-cluster: java $(VENV)/.installed
 	SPARKWAVE_TEST_MASTER='local-cluster[2,1,1024]' $(BIN)/python -m pytest -n 0 tests/test_oracle.py \
 		tests/test_dataflow_oracle.py tests/test_backfill.py tests/test_chunked_backfill.py tests/test_kafka.py \

@@ -1,7 +1,8 @@
-"""The CI subset of `make test-cluster`, run in a child process because a process holds one
-SparkContext: on `local-cluster[2,1,1024]` (two executor JVMs with Python workers of their own),
-project/filter, aggregate and join MVs in the main graph, then an aggregate over a join created
-mid-stream by a snapshot backfill, each equal to DuckDB's evaluation at the committed epochs.
+"""The cluster scenario of `make test` (`make test-cluster` runs the oracle tests whole), in a
+child process because a process holds one SparkContext: on `local-cluster[2,1,1024]` (two executor
+JVMs with Python workers of their own), project/filter, aggregate and join MVs in the main graph,
+then an aggregate over a join created mid-stream by a snapshot backfill, each equal to DuckDB's
+evaluation at the committed epochs.
 
 Usage: python -m tests.cluster_child WAREHOUSE. Prints `app ID`, `executors N` and `checked E
 epochs`; an inequality raises (exit status 1)."""
