@@ -37,6 +37,7 @@ test-cluster: java $(VENV)/.installed
 		tests/test_nexmark.py
 
 bench: java $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench.run_all
 
 lint: $(VENV)/.installed

@@ -6,8 +6,10 @@ from bench import (
     bench_backfill,
     bench_barrier,
     bench_dataflow,
+    bench_demo_latency,
     bench_kafka,
     bench_long_run,
+    bench_peers,
     bench_sinks,
     bench_stateful_backfill,
     bench_storage,
@@ -15,6 +17,6 @@ from bench import (
 )
 
 if __name__ == "__main__":
-    for b in (bench_barrier, bench_throughput, bench_storage, bench_backfill, bench_dataflow,
-              bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks):
+    for b in (bench_barrier, bench_demo_latency, bench_throughput, bench_storage, bench_backfill, bench_dataflow,
+              bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks, bench_peers):
         b.main()

@@ -194,3 +194,103 @@ def test_a_copied_or_moved_warehouse_reads_and_retains_its_own_files(spark, tmp_
         s.flush()
         assert sorted(rows_of(s.table("t"))) == [(1, 1), (2, 2), (3, 3), (4, 4)]
         assert sorted(rows_of(s.table("m"))) == [(0, 2), (1, 2)]
+
+
+def _sorted_base(path, rows: list[tuple]) -> None:
+    """A base file as compaction writes it: `| _vnode | k1 | k2 | v |` sorted by (vnode, key)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = sorted(rows, key=lambda r: (r[0], r[1], r[2]))
+    pq.write_table(pa.table({"_vnode": pa.array([r[0] for r in rows], pa.int16()),
+                             "k1": pa.array([r[1] for r in rows], pa.string()),
+                             "k2": pa.array([r[2] for r in rows], pa.int64()),
+                             "v": pa.array([r[3] for r in rows], pa.int64())}), path, row_group_size=3_000)
+
+
+def test_key_index_finds_the_rows_of_wanted_keys_and_yields_to_a_changed_file(tmp_path):
+    """The index of a sorted base file returns exactly the rows whose key is wanted, in every
+    vnode, absent keys and multi-row batches included (a two-column key whose first column repeats
+    across many rows); an index whose file changed, or that is missing, is not used."""
+    import random
+
+    import pyarrow as pa
+
+    from sparkwave.core.schema import Column, Schema, parse_type
+    from sparkwave.core.zset import ns_join
+    from sparkwave.storage import key_index
+
+    base = tmp_path / "t" / "base"
+    base.mkdir(parents=True)
+    path = str(base / "c7-0.parquet")
+    rnd = random.Random(3)
+    rows = [(rnd.randrange(16), f"g{i % 40}", i, i * 10) for i in range(10_000)]
+    _sorted_base(path, rows)
+    schema = Schema((Column("k1", parse_type("varchar")), Column("k2", parse_type("bigint")),
+                     Column("v", parse_type("bigint"))), ("k1", "k2"))
+    assert key_index.indexable(schema)
+    arrow = pa.schema([("_vnode", pa.int16()), ("k1", pa.string()), ("k2", pa.int64()), ("v", pa.int64())])
+    assert key_index.rows(path, pa.table({"_vnode": pa.array([1], pa.int16()), "k1": ["g1"], "k2": [1]}),
+                          ["k1", "k2"], arrow) is None  # not built yet
+    key_index.build(path)
+    assert key_index.index_path(path) == tmp_path / "t" / "index" / "c7-0.arrow"
+
+    wanted = [rows[i] for i in rnd.sample(range(len(rows)), 300)]
+    absent = [(rnd.randrange(16), f"g{rnd.randrange(40)}", 20_000 + i, 0) for i in range(50)] + [(15, "zz", 1, 0)]
+    keys = pa.table({"_vnode": pa.array([r[0] for r in wanted + absent], pa.int16()),
+                     "k1": [r[1] for r in wanted + absent], "k2": [r[2] for r in wanted + absent]})
+    found = key_index.rows(path, keys, ["k1", "k2"], arrow)
+    assert found is not None
+    exact = ns_join(found, keys.select(["k1", "k2"]), ["k1", "k2"], "left semi")
+    assert sorted(zip(*exact.to_pydict().values(), strict=True)) == sorted(wanted)
+    nothing = key_index.rows(path, keys.slice(0, 0), ["k1", "k2"], arrow)
+    assert nothing is not None and nothing.num_rows == 0
+
+    _sorted_base(path, rows[:-1])  # the file is written again (a retried compaction): the index is stale
+    assert key_index.rows(path, keys, ["k1", "k2"], arrow) is None
+    key_index.remove_stale(base, "c7-")
+    assert not key_index.index_path(path).exists()
+    assert not key_index.indexable(Schema((Column("k", parse_type("double precision")),), ("k",)))
+
+
+def test_upserts_after_compaction_look_up_old_rows_through_the_key_index(session, monkeypatch):
+    """A keyed table's compacted base gets a key index per file; the next epochs' updates and
+    deletes find their old rows through it alone (no Parquet base file is read) and emit the right
+    retractions, which an aggregate MV over the table shows; retention removes a replaced base's
+    indexes with its files."""
+    from sparkwave.storage import lookup
+
+    session.sql("CREATE TABLE t (k varchar, v int, PRIMARY KEY (k)); "
+                "CREATE MATERIALIZED VIEW m AS SELECT v % 3 AS g, count(*) AS n, sum(v) AS s FROM t GROUP BY v % 3")
+    session.sql("INSERT INTO t VALUES " + ", ".join(f"('k{i}', {i})" for i in range(500)))
+    session.flush()
+    session.compact()
+    index_dir = session.warehouse.relation_dir("t") / "index"
+    base_files = session.catalog.base_at("t", session.committed_epoch).files
+    assert sorted(os.listdir(index_dir)) == sorted(os.path.basename(f)[:-8] + ".arrow" for f in base_files)
+
+    table_dir = str(session.warehouse.relation_dir("t"))
+    of_state = lookup.file_index
+
+    def no_parquet(path):
+        assert not path.startswith(table_dir), f"a lookup read the Parquet base file {path}"
+        return of_state(path)  # the MV's state tables are looked up in their own files
+
+    monkeypatch.setattr(lookup, "file_index", no_parquet)
+    session.sql("UPDATE t SET v = v + 1 WHERE k IN ('k1', 'k2', 'k300')")
+    session.sql("DELETE FROM t WHERE k IN ('k4', 'k499', 'nothing')")
+    session.sql("INSERT INTO t VALUES ('k5', 1000), ('new', 7)")
+    session.flush()
+    monkeypatch.undo()
+    expected = {f"k{i}": i for i in range(500)} | {"k1": 2, "k2": 3, "k300": 301, "k5": 1000, "new": 7}
+    del expected["k4"], expected["k499"]
+    assert sorted(rows_of(session.table("t"))) == sorted(expected.items())
+    groups: dict[int, list[int]] = {}
+    for v in expected.values():
+        groups.setdefault(v % 3, []).append(v)
+    assert sorted(rows_of(session.table("m"))) == sorted((g, len(vs), sum(vs)) for g, vs in groups.items())
+
+    session.sql("SET retention_seconds = 0")
+    session.compact()
+    base_files = session.catalog.base_at("t", session.committed_epoch).files
+    assert sorted(os.listdir(index_dir)) == sorted(os.path.basename(f)[:-8] + ".arrow" for f in base_files)

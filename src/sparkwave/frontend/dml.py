@@ -27,13 +27,14 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from sparkwave.core.catalog import Relation
-from sparkwave.core.chunk import Op
+from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
 from sparkwave.core.schema import Column
 from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
+from sparkwave.storage.lookup import lookup
 
 DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
 PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's index << 33, plus the row's in it
@@ -276,11 +277,16 @@ def _cast(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
 def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
     """A bulk load that is already on the driver: cast and staged with pyarrow, no Spark job."""
     _check_insert_columns(rel, data.column_names)
+    return _stage_arrow(rt, rel, data, Op.INSERT)
+
+
+def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
+    """Stage rows that are on the driver (absent columns NULL), cast with pyarrow, as intents `op`."""
     n = data.num_rows
     batch = rt.catalog.next_counter("dml_batch", 1)
     first = reserve_ids(rt, batch, max(1, n))
     seq = pa.array(range(first, first + n), pa.int64())
-    cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(Op.INSERT)] * n, pa.int8()), "_seq": seq}
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(op)] * n, pa.int8()), "_seq": seq}
     for c in rel.schema.columns:
         if c.name == "_row_id":
             cols[c.name] = seq
@@ -336,7 +342,38 @@ def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
     assert isinstance(ast, exp.Delete)
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "DELETE")
+    keys = _key_literals(rel, ast.args.get("where"))
+    if keys is not None:  # by primary key: the rows of those keys, looked up on the driver, no scan
+        k = rel.schema.key[0]
+        keyed = rt.spark.createDataFrame(keys).select(vnode([k]).alias("_vnode"), F.col(k)).toArrow()
+        return _stage_arrow(rt, rel, lookup(rt.catalog, rel.name, rel.schema, epoch, keyed), Op.KEY_DELETE)
     return stage(rt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
+
+
+def _key_literals(rel: Relation, where: exp.Expr | None) -> pa.Table | None:
+    """The keys of `WHERE k = <literal>` or `WHERE k IN (<literals>)` on a one-column primary key
+    `k`, typed as the column (None for any other condition, or values that do not fit the type)."""
+    if where is None or len(rel.schema.key) != 1:
+        return None
+    cond, key = where.this, rel.schema.key[0]
+    if isinstance(cond, exp.EQ):
+        col, values = (cond.this, [cond.expression]) if isinstance(cond.this, exp.Column) else \
+            (cond.expression, [cond.this])
+    elif isinstance(cond, exp.In) and not any(cond.args.get(a) for a in ("query", "unnest", "field")):
+        col, values = cond.this, cond.expressions
+    else:
+        return None
+    column = rel.schema.column(key)
+    if not isinstance(col, exp.Column) or col.name.lower() != key or column is None:
+        return None
+    try:
+        literals = [_literal(v) for v in values]
+        if any(v is None for v in literals):
+            return None
+        typed = _cast(pa.chunked_array([pa.array(literals)]), column.type.arrow)
+    except (_NotLiteral, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError):
+        return None
+    return pa.table({key: pc.unique(typed)})
 
 
 def _typed(rel: Relation) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.crash import crash_point
+from sparkwave.storage import key_index
 from sparkwave.storage.store import Store
 
 
@@ -55,11 +56,15 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
     ranges, the files may overlap, and a single sort column lets Spark radix-sort on its prefix
     (1.7M rows: 0.25 s against 0.67 s by the whole key); compaction later sorts by the whole key.
     A state table's files have small row groups for point lookups, unless `lookups` is off (files
-    only ever scanned whole: a chunked backfill's partials)."""
+    only ever scanned whole: a chunked backfill's partials). A keyed table's sorted and clustered
+    files get a key index each (`key_index.py`), built on the executors."""
     stored = rt.stored(rel)
     stored.create()
     staging = stored.base_path / staging_name
     shutil.rmtree(staging, ignore_errors=True)
+    indexed = sort and cluster and rel.kind == "table" and key_index.indexable(rel.schema)
+    if indexed:
+        key_index.remove_stale(stored.base_path, prefix)
     out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
     if sort and cluster:
         out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
@@ -83,6 +88,8 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
         files.append(str(dest))
         rows.append(n)
     shutil.rmtree(staging, ignore_errors=True)
+    if indexed and files:
+        rt.spark.sparkContext.parallelize(files, len(files)).foreach(key_index.build)
     return files, rows
 
 

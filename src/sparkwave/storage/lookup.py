@@ -15,6 +15,7 @@ from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import Op, first_last
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import ns_join
+from sparkwave.storage import key_index
 from sparkwave.storage.file_index import candidate_groups, file_index, read_groups
 from sparkwave.storage.table import base_arrow_schema, log_arrow_schema
 
@@ -39,8 +40,9 @@ def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Tab
         if values.null_count:
             term = term | pc.field(k).is_null()
         expr = term if expr is None else expr & term
-    found = ns_join(_read_base(base.files if base else [], base_arrow_schema(schema), expr, index_keys, index_by),
-                    keys, by, "left semi")
+    indexed = by == key and index_by[0] == "_vnode" and key_index.indexable(schema)
+    found = ns_join(_read_base(base.files if base else [], base_arrow_schema(schema), expr, index_keys, index_by,
+                               key if indexed else None), keys, by, "left semi")
     log_files = [p for _, p in catalog.log_files(name, c, epoch)]
     log = _read(log_files, log_arrow_schema(schema), expr)
     if log.num_rows == 0:
@@ -52,9 +54,15 @@ def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Tab
 
 
 def _read_base(files: list[str], schema: pa.Schema, expr: pc.Expression | None, keys: pa.Table,
-               by: list[str]) -> pa.Table:
+               by: list[str], key: list[str] | None) -> pa.Table:
+    """The rows of `files` that may match `keys`: through each file's key index when `key` is
+    given and the file has one, else the row groups whose statistics may hold a key."""
     parts = []
     for path in files:
+        rows = key_index.rows(path, keys, key, schema) if key else None
+        if rows is not None:
+            parts.append(rows)
+            continue
         index = file_index(path)
         t = read_groups(index, candidate_groups(index, keys, by), schema)
         parts.append(t.filter(expr) if expr is not None and t.num_rows else t)

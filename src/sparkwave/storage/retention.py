@@ -13,6 +13,7 @@ import time
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.epoch import epoch_from_ms
+from sparkwave.storage import key_index
 from sparkwave.storage.store import Store
 
 
@@ -48,6 +49,12 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     for name in os.listdir(stored.base_path) if stored.base_path.exists() else []:
         if (name.endswith(".parquet") and name not in live) or name.startswith(("_staging_", "_backfill_")):
             rt.warehouse.remove_file(stored.base_path / name)
+            removed += 1
+    indexes = stored.root / "index"
+    for name in os.listdir(indexes) if indexes.exists() else []:
+        if name.endswith(".tmp") or name.removesuffix(".arrow") + ".parquet" not in live:
+            key_index.forget(indexes / name)
+            rt.warehouse.remove_file(indexes / name)
             removed += 1
     return removed
 
