@@ -35,8 +35,10 @@ def measure(with_mvs: bool) -> tuple[list[float], dict[str, float]]:
         if with_mvs:
             s.sql(FIRST_MVS)
             s.sql(f"CREATE MATERIALIZED VIEW q4 AS {QUERIES['q4']}")
+        s.wait()
         ready.set()  # epochs from here on run the whole pipeline (the first few are skipped as warm-up)
-        done.wait()
+        if not done.wait(600):
+            raise TimeoutError(f"{len(reports)} of {WARMUP + EPOCHS} epochs in 10 minutes")
     kept = reports[WARMUP:WARMUP + EPOCHS]
     steps: dict[str, list[float]] = {}
     for r in kept:

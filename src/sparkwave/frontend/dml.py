@@ -288,7 +288,7 @@ def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
     seq = pa.array(range(first, first + n), pa.int64())
     cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(op)] * n, pa.int8()), "_seq": seq}
     for c in rel.schema.columns:
-        if c.name == "_row_id":
+        if c.name == "_row_id" and c.name not in data.column_names:
             cols[c.name] = seq
         elif c.name in data.column_names:
             try:
@@ -342,20 +342,30 @@ def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
     assert isinstance(ast, exp.Delete)
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "DELETE")
-    keys = _key_literals(rel, ast.args.get("where"))
+    keys = None if any(ast.args.get(a) for a in ("using", "returning")) else _key_literals(rel, ast)
     if keys is not None:  # by primary key: the rows of those keys, looked up on the driver, no scan
-        k = rel.schema.key[0]
-        keyed = rt.spark.createDataFrame(keys).select(vnode([k]).alias("_vnode"), F.col(k)).toArrow()
-        return _stage_arrow(rt, rel, lookup(rt.catalog, rel.name, rel.schema, epoch, keyed), Op.KEY_DELETE)
+        column = rel.schema.column(keys.column_names[0])
+        assert column is not None
+        k = column.name
+        # Spark computes the vnodes (its hash), from the keys typed exactly as the column.
+        frame = rt.spark.createDataFrame(keys, f"`{k}` {column.type.spark}")
+        keyed = frame.select(vnode([k]).alias("_vnode"), F.col(f"`{k}`")).toArrow().cast(
+            pa.schema([("_vnode", pa.int16()), (k, column.type.arrow)]))
+        found = lookup(rt.catalog, rel.name, rel.schema, epoch, keyed)
+        rt.check_retained(rel, epoch)  # the files read were those of `epoch`: retention did not remove any
+        return _stage_arrow(rt, rel, found, Op.KEY_DELETE)
     return stage(rt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
 
 
-def _key_literals(rel: Relation, where: exp.Expr | None) -> pa.Table | None:
+def _key_literals(rel: Relation, ast: exp.Expr) -> pa.Table | None:
     """The keys of `WHERE k = <literal>` or `WHERE k IN (<literals>)` on a one-column primary key
-    `k`, typed as the column (None for any other condition, or values that do not fit the type)."""
+    `k`, typed as the column; None for any other condition, and wherever the literal's type is not
+    the column's own family (integer literals for an integer key, string literals for a text key),
+    so that comparisons whose coercions Spark decides keep the scan's semantics."""
+    where = ast.args.get("where")
     if where is None or len(rel.schema.key) != 1:
         return None
-    cond, key = where.this, rel.schema.key[0]
+    cond, column = where.this, rel.schema.column(rel.schema.key[0])
     if isinstance(cond, exp.EQ):
         col, values = (cond.this, [cond.expression]) if isinstance(cond.this, exp.Column) else \
             (cond.expression, [cond.this])
@@ -363,17 +373,25 @@ def _key_literals(rel: Relation, where: exp.Expr | None) -> pa.Table | None:
         col, values = cond.this, cond.expressions
     else:
         return None
-    column = rel.schema.column(key)
-    if not isinstance(col, exp.Column) or col.name.lower() != key or column is None:
+    target = ast.this
+    names = {rel.name, target.alias_or_name.lower() if isinstance(target, exp.Expr) else rel.name}
+    if (column is None or column.hidden or not isinstance(col, exp.Column) or col.name.lower() != column.name
+            or (col.table and col.table.lower() not in names)):
+        return None
+    t = column.type.arrow
+    if pa.types.is_integer(t):
+        wanted = [v for v in values if isinstance(v, exp.Literal) and not v.is_string and v.this.isdigit()]
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        wanted = [v for v in values if isinstance(v, exp.Literal) and v.is_string]
+    else:
+        return None
+    if len(wanted) != len(values):
         return None
     try:
-        literals = [_literal(v) for v in values]
-        if any(v is None for v in literals):
-            return None
-        typed = _cast(pa.chunked_array([pa.array(literals)]), column.type.arrow)
-    except (_NotLiteral, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError):
+        typed = _cast(pa.chunked_array([pa.array([_literal(v) for v in wanted])]), t)
+    except (_NotLiteral, pa.ArrowException, ValueError):
         return None
-    return pa.table({key: pc.unique(typed)})
+    return pa.table({column.name: pc.unique(typed)})
 
 
 def _typed(rel: Relation) -> list[tuple[str, str]]:

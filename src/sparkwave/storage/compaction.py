@@ -10,6 +10,7 @@ never on an epoch's critical path. Steps, each safe to crash after:
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.crash import crash_point
 from sparkwave.storage import key_index
 from sparkwave.storage.store import Store
+
+log = logging.getLogger("sparkwave.compaction")
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,10 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
         rows.append(n)
     shutil.rmtree(staging, ignore_errors=True)
     if indexed and files:
-        rt.spark.sparkContext.parallelize(files, len(files)).foreach(key_index.build)
+        try:
+            rt.spark.sparkContext.parallelize(files, len(files)).foreach(key_index.build)
+        except Exception:  # an index is a cache: lookups read the Parquet files without it
+            log.exception("key indexes of %s's base were not built; its lookups read the base files", rel.name)
     return files, rows
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +31,8 @@ from sparkwave.core.chunk import VNODES
 from sparkwave.core.schema import Schema
 
 _SOURCE = b"sparkwave.parquet"  # "<size> <rows>" of the Parquet file the index was built from
-_CACHED = 64  # open indexes kept memory-mapped
+_BOUNDS = b"sparkwave.vnodes"  # int64 row offsets of vnodes 0..VNODES, so opening reads no column
+_CACHED = 256  # open indexes kept memory-mapped (address space only: pages are the OS's cache)
 
 
 def index_path(base_file: str | os.PathLike[str]) -> Path:
@@ -55,16 +58,22 @@ def _source_stamp(base_file: str) -> bytes:
 
 def build(base_file: str) -> None:
     """Write `base_file`'s index (a sorted Parquet file `| _vnode | columns |`), one row group at a
-    time, through a temporary file: a crash leaves no index or a whole one. Runs on an executor."""
+    time, through a temporary file of its own: a crash leaves no index or a whole one. Runs on an
+    executor."""
     out = index_path(base_file)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".arrow.tmp")
+    tmp = out.with_name(f"{out.name}.{uuid.uuid4().hex}.tmp")
     f = pq.ParquetFile(base_file)
-    with pa.OSFile(str(tmp), "wb") as sink, \
-            ipc.new_file(sink, f.schema_arrow, metadata={_SOURCE: _source_stamp(base_file)}) as writer:
-        for g in range(f.num_row_groups):
-            writer.write_table(f.read_row_group(g))
-    os.replace(tmp, out)
+    counts = np.bincount(f.read(columns=["_vnode"])["_vnode"].to_numpy(), minlength=VNODES)
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    meta = {_SOURCE: _source_stamp(base_file), _BOUNDS: bounds.tobytes()}
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, f.schema_arrow, metadata=meta) as writer:
+            for g in range(f.num_row_groups):
+                writer.write_table(f.read_row_group(g))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def remove_stale(base_dir: Path, prefix: str) -> None:
@@ -85,7 +94,7 @@ class _Index:
 
 
 _lock = threading.Lock()
-_open: dict[tuple[str, int, int, int, int], _Index] = {}
+_open: OrderedDict[tuple[str, int, int, int, int], _Index] = OrderedDict()
 
 
 def _opened(base_file: str) -> _Index | None:
@@ -95,23 +104,24 @@ def _opened(base_file: str) -> _Index | None:
         cache_key = (str(path), st.st_size, st.st_mtime_ns, source.st_size, source.st_mtime_ns)
         with _lock:
             found = _open.get(cache_key)
-        if found is not None:
-            return found
+            if found is not None:
+                _open.move_to_end(cache_key)  # least recently used first out
+                return found
         reader = ipc.open_file(pa.memory_map(str(path)))
-        if (reader.metadata or {}).get(_SOURCE) != _source_stamp(base_file):
+        meta = reader.metadata or {}
+        if meta.get(_SOURCE) != _source_stamp(base_file):
             return None
         table = reader.read_all()
-        vnodes = np.concatenate([np.asarray(c) for c in table["_vnode"].chunks]) if table.num_rows else \
-            np.zeros(0, np.int16)
         sizes = [b.num_rows for b in table.to_batches()]
-        index = _Index(table, np.searchsorted(vnodes, np.arange(VNODES + 1), side="left"),
+        index = _Index(table, np.frombuffer(meta[_BOUNDS], dtype=np.int64),
                        np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]))
-    except (OSError, pa.ArrowInvalid, KeyError):
+    except (OSError, pa.ArrowException, KeyError, ValueError):
         return None
     with _lock:
-        if len(_open) >= _CACHED:
-            _open.pop(next(iter(_open)))
         _open[cache_key] = index
+        _open.move_to_end(cache_key)
+        while len(_open) > _CACHED:
+            _open.popitem(last=False)
     return index
 
 
@@ -135,7 +145,7 @@ def rows(base_file: str, keys: pa.Table, key: list[str], schema: pa.Schema) -> p
     column = index.table[key[0]]
     try:
         needles = first.cast(column.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:
         return None
     vn = keys["_vnode"].to_numpy()
     order = np.argsort(vn, kind="stable")

@@ -50,9 +50,12 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
         if (name.endswith(".parquet") and name not in live) or name.startswith(("_staging_", "_backfill_")):
             rt.warehouse.remove_file(stored.base_path / name)
             removed += 1
+    # Lookups read the newest base only (as of the previous epoch): older bases keep no index.
+    bases = rt.catalog.bases(rel.name)
+    indexed = {os.path.basename(f) for f in bases[-1].files} if bases else set()
     indexes = stored.root / "index"
     for name in os.listdir(indexes) if indexes.exists() else []:
-        if name.endswith(".tmp") or name.removesuffix(".arrow") + ".parquet" not in live:
+        if name.endswith(".tmp") or name.removesuffix(".arrow") + ".parquet" not in indexed:
             key_index.forget(indexes / name)
             rt.warehouse.remove_file(indexes / name)
             removed += 1

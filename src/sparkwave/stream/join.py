@@ -1,11 +1,12 @@
 """The join operator: an equi-join (inner, left, right, full) of two Z-sets, with one state table per
 side arranged by join key (`j<id>l`, `j<id>r`: the side's rows, keyed by join key then row key).
 
-Per epoch, for every join key the epoch touches on either side, the output rows of that key are
-recomputed from both sides' rows before and after the epoch, and the difference is emitted:
-`J(L', R') - J(L, R)` restricted to the touched keys. This is exact for every join type (an outer
-join's NULL-padded rows appear and disappear as a key gains or loses matches), and its cost follows
-the rows of the touched keys, looked up in the state tables. Rows with a NULL join key never match:
+Per epoch, an inner join emits `dL x R + L x dR + dL x dR`: each side's change joined with the
+other side's rows of its keys, looked up in that side's state table, so the cost follows the change
+and the matching rows of the other side. An outer join recomputes, for every join key the epoch
+touches on either side, that key's output rows from both sides' rows before and after the epoch and
+emits the difference, `J(L', R') - J(L, R)` restricted to the touched keys (its NULL-padded rows
+appear and disappear as a key gains or loses matches). Rows with a NULL join key never match:
 they pass through NULL-padded on a preserved side and are not stored. (The planner sets a preserved
 side's join key to NULL on rows that fail the ON clause's conditions on that side.)
 
@@ -113,6 +114,8 @@ class Join(Operator):
         if self.join_type in ("right", "full"):
             padded.append(self._pad(dr.filter(r_null), left_schema))
         dl, dr = dl.filter(pc.invert(l_null)), dr.filter(pc.invert(r_null))
+        if self.join_type == "inner":
+            return self._inner(dl, dr, states)
         keys = pa.concat_tables([distinct(dl, lk), distinct(dr, rk).rename_columns(lk).cast(distinct(dl, lk).schema)])
         keys = distinct(keys, lk)
         l_old = states.lookup(self.left_state, lk, keys).select(left_schema.names).cast(left_schema)
@@ -125,6 +128,30 @@ class Join(Operator):
         out = pa.concat_tables([with_weight(before, -1), with_weight(after, 1).cast(with_weight(before, -1).schema)]
                                + [p.cast(with_weight(before, -1).schema) for p in padded])
         return net(out)
+
+    def _inner(self, dl: pa.Table, dr: pa.Table, states: States) -> pa.Table:
+        """An inner join's change, `dL x R + L x dR + dL x dR`: each side's change meets the other
+        side's old rows of its keys, so a change on one side never reads its own side's state (a
+        new bid looks up its auction, not the auction's earlier bids)."""
+        lk, rk = self.left_keys, self.right_keys
+        left_schema, right_schema = self.left.arrow_schema(), self.right.arrow_schema()
+        r_old = states.lookup(self.right_state, rk, distinct(dl, lk).rename_columns(rk)) if dl.num_rows \
+            else right_schema.empty_table()
+        l_old = states.lookup(self.left_state, lk, distinct(dr, rk).rename_columns(lk)) if dr.num_rows \
+            else left_schema.empty_table()
+        states.stage(self.left_state, dl)
+        states.stage(self.right_state, dr)
+        parts = [self._weighted(dl, with_weight(r_old.select(right_schema.names).cast(right_schema), 1)),
+                 self._weighted(with_weight(l_old.select(left_schema.names).cast(left_schema), 1), dr),
+                 self._weighted(dl, dr)]
+        return net(pa.concat_tables([p.cast(parts[0].schema) for p in parts]))
+
+    def _weighted(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        """The inner join of two Z-sets: each output row weighs its two input rows' weights' product."""
+        out = left.rename_columns([c if c != W else "_wl" for c in left.column_names]).join(
+            right.rename_columns([c if c != W else "_wr" for c in right.column_names]), self.left_keys,
+            right_keys=self.right_keys, join_type="inner", coalesce_keys=False, use_threads=False)
+        return out.select(self.names).append_column(W, pc.multiply(out["_wl"], out["_wr"]))
 
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
         out = left.join(right, self.left_keys, right_keys=self.right_keys, join_type=_PYARROW_JOIN[self.join_type],
