@@ -268,7 +268,9 @@ def upsert_replay(messages: list) -> dict:
 
 @pytest.mark.parametrize("crash_at", [
     "sink_after_target_commit:2",  # in the sink backfill: a snapshot chunk is in the target, not in the catalog
-    "sink_after_kafka_commit:4",  # the Kafka transaction committed, the catalog not told
+    # the Kafka transaction committed, the catalog not told (make chaos; `make test` still restarts
+    # the Kafka sink after the kill above)
+    pytest.param("sink_after_kafka_commit:4", marks=pytest.mark.chaos),
     pytest.param("sink_mid_copy:9", marks=pytest.mark.chaos),
     pytest.param("sink_after_target_commit:9", marks=pytest.mark.chaos),
     pytest.param("sink_before_target_commit:8", marks=pytest.mark.chaos),
