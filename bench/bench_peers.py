@@ -530,17 +530,11 @@ def lines(by_size: dict[int, dict[str, Outcome]]) -> list[str]:
            "Declarative Pipelines: one `spark-pipelines run` (graph defined and run, no JVM start) that "
            "recomputes both materialized views. Ratio: time / sparkwave's (higher is slower).", "",
            "| rows in t | system | change visible in both results (s, median) | vs sparkwave |", "|---|---|---|---|"]
-    for n, res in by_size.items():
+    def fresh(o: Outcome, res: dict[str, Outcome]) -> str:
         base = median(res[SW].fresh) if SW in res and res[SW].fresh else None
-        for name in (SW, SS, SDP):
-            o = res.get(name)
-            if o is None:
-                continue
-            if o.skipped:
-                out.append(f"| {n:,} | {name} | {o.skipped} | - |")
-                continue
-            fresh, vs = ratio(median(o.fresh) if o.fresh else None, base, lambda x: f"{x:.2f}")
-            out.append(f"| {n:,} | {name} | {fresh} | {vs} |")
+        return " | ".join(ratio(median(o.fresh) if o.fresh else None, base, lambda x: f"{x:.2f}"))
+
+    out += _per_system(by_size, (SW, SS, SDP), fresh)
     first = next(iter(by_size.values()), {})
     sw_tp = first[SW].tp if SW in first and first[SW].tp else None
     out += ["", f"Appends of new keys offered at {RATE:,} rows/s for {TP_SECONDS} s into the "
@@ -560,16 +554,22 @@ def lines(by_size: dict[int, dict[str, Outcome]]) -> list[str]:
             "Structured Streaming's append-only reading gets the feed's new rows only, as an upsert topic gives "
             "them (run at the smallest size).", "",
             "| rows in t | system | aggregate exact | join exact |", "|---|---|---|---|"]
-    for n, res in by_size.items():
-        for name in (SW, SS, SS_APPEND, SDP):
-            o = res.get(name)
-            if o is None:
-                continue
-            if o.skipped:
-                out.append(f"| {n:,} | {name} | {o.skipped} | - |")
-                continue
-            out.append(f"| {n:,} | {name} | {_yes(o.agg_exact)} | {_yes(o.join_exact)} |")
+    out += _per_system(by_size, (SW, SS, SS_APPEND, SDP),
+                       lambda o, _: f"{_yes(o.agg_exact)} | {_yes(o.join_exact)}")
     return out
+
+
+def _per_system(by_size: dict[int, dict[str, Outcome]], names: tuple[str, ...],
+                cells: Callable[[Outcome, dict[str, Outcome]], str]) -> list[str]:
+    """One table row per size and system that ran (`cells` gives its two figures), or why it did not."""
+    rows = []
+    for n, res in by_size.items():
+        for name in names:
+            o = res.get(name)
+            if o is not None:
+                rows.append(f"| {n:,} | {name} | {o.skipped} | - |" if o.skipped else
+                            f"| {n:,} | {name} | {cells(o, res)} |")
+    return rows
 
 
 def _yes(b: bool | None) -> str:
