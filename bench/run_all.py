@@ -5,6 +5,7 @@ from __future__ import annotations
 from bench import (
     bench_backfill,
     bench_barrier,
+    bench_big_epoch,
     bench_dataflow,
     bench_demo_latency,
     bench_kafka,
@@ -18,5 +19,6 @@ from bench import (
 
 if __name__ == "__main__":
     for b in (bench_barrier, bench_demo_latency, bench_throughput, bench_storage, bench_backfill, bench_dataflow,
-              bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks, bench_peers):
+              bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks, bench_peers,
+              bench_big_epoch):
         b.main()

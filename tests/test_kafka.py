@@ -276,12 +276,14 @@ def test_the_decoder_turns_any_failure_of_a_message_into_a_bad_record():
     assert [e is None for e in out[ERROR]] == [True, False, True] and out["_row_id"] == [0, 1, 2]
 
 
-def test_bad_records_beyond_the_kept_bound_are_counted(session, kafka, monkeypatch):
+@pytest.mark.parametrize("big", [False, True], ids=["driver", "executors"])
+def test_bad_records_beyond_the_kept_bound_are_counted(session, kafka, monkeypatch, big):
     """A schema that fits no message must not pour every payload into the catalog: an epoch keeps
-    a bounded number per relation, and counts them all."""
+    a bounded number per relation, and counts them all, on either path of the table's step."""
     import sparkwave.meta.barrier as barrier
 
     monkeypatch.setattr(barrier, "MAX_BAD_RECORDS_KEPT", 3)
+    session.sql(f"SET big_epoch_rows = {0 if big else 1000000}")
     topic = Topic(kafka.bootstrap, 1)
     for i in range(20):
         topic.produce(b"nope" if i < 8 else event(i), 0)

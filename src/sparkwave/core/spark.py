@@ -8,10 +8,14 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+from pyspark.util import inheritable_thread_target
 
 from sparkwave.core.errors import SparkwaveError
 
@@ -75,6 +79,23 @@ def create_spark(master: str | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     quiet_query_context_logs()
     return spark
+
+
+T = TypeVar("T")
+
+
+def concurrently(spark: SparkSession, fns: list[Callable[[], T]]) -> list[T]:
+    """Run Spark actions from threads of their own, so that their jobs overlap, with the caller's
+    Spark local properties (its scheduler pool and job group: a cancel stops them too)."""
+    if len(fns) <= 1:
+        return [fn() for fn in fns]
+
+    @inheritable_thread_target(spark)
+    def run(fn: Callable[[], T]) -> T:
+        return fn()
+
+    with ThreadPoolExecutor(max_workers=len(fns), thread_name_prefix="sparkwave-write") as ex:
+        return list(ex.map(run, fns))
 
 
 _started: SparkSession | None = None  # the Spark that sessions started (none was running)

@@ -27,6 +27,7 @@ from py4j.protocol import Py4JError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.storagelevel import StorageLevel
 
 from sparkwave.connectors.base import ERROR, RAW
 from sparkwave.core.catalog import Relation
@@ -39,8 +40,9 @@ from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
+from sparkwave.storage.table import StagedLog
 from sparkwave.stream.dataflow import Dataflow
-from sparkwave.stream.materialize import materialize_table
+from sparkwave.stream.materialize import materialize_table, materialize_table_frame
 
 if TYPE_CHECKING:
     from sparkwave.meta.jobs import CreatingJobs
@@ -94,7 +96,8 @@ class _Epoch:
     epoch: int
     prev: int
     plan: dict
-    chunks: dict[str, pa.Table | None] = field(default_factory=dict)
+    chunks: dict[str, pa.Table | StagedLog | None] = field(default_factory=dict)
+    big_rows: int = 0  # a step with a change of more rows than this runs on the executors
     more: bool = False  # staged DML is left for the next epoch
     errors: list[tuple[str, str, int, str, str]] = field(default_factory=list)  # bad source records kept
     bad_counts: dict[str, int] = field(default_factory=dict)  # bad source records per relation, all
@@ -367,6 +370,7 @@ class BarrierLoop:
 
     def _execute_and_commit(self, e: _Epoch, t0: float) -> EpochReport:
         relations = topo_order(self.rt.catalog.relations())
+        e.big_rows = Settings(self.rt.catalog).big_epoch_rows
         dml = self.rt.catalog.dml_batches(e.plan.get("dml", []))
         rows_in = sum(r for *_, r in dml) + sum(
             end - start for splits in e.plan.get("sources", {}).values() for start, end in splits.values())
@@ -432,7 +436,7 @@ class BarrierLoop:
         return step_ms
 
     def _timed_execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]
-                       ) -> tuple[pa.Table | None, float]:
+                       ) -> tuple[pa.Table | StagedLog | None, float]:
         self.rt.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
         t0 = time.time()
         try:
@@ -452,28 +456,34 @@ class BarrierLoop:
         crash_point("mid_commit")
         return out
 
-    def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
-        """The relation's log rows for the epoch, staged as its log file (committed later)."""
+    def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]
+                 ) -> pa.Table | StagedLog | None:
+        """The relation's log rows for the epoch, staged as its log file (committed later): in
+        memory, or only a file the executors wrote when the change is big (over `big_epoch_rows`)."""
         if rel.kind == "mv":
             # Recomputed even on a replay (it is deterministic: state as of the previous epoch), so
             # that its state tables' staged files exist whichever of its commits had happened.
             return self._mv_step(rel, e)
         stored = self.rt.stored(rel)
-        if rel.kind == "source":  # read again on a replay: a source keeps nothing
-            rows = self._table_step(rel, e, [])
-            if rows is not None and rows.num_rows > 0:
-                stored.stage_log(e.epoch, rows)
-            return rows
-        if stored.log_committed(e.epoch):
+        if rel.kind != "source" and stored.log_committed(e.epoch):  # a source is read again: it keeps nothing
             self._reread_bad_records(rel, e)
-            return stored.read_log_epoch(e.epoch)
+            return stored.staged(e.epoch)
+        if self._rows_in(rel, e, dml) > e.big_rows and rel.definition.get("on_conflict", "overwrite") == "overwrite":
+            staged = self._table_step_frame(rel, e, dml)
+            return staged if staged is not None and staged.num_rows else None
         chunk = self._table_step(rel, e, dml)
         if chunk is not None and chunk.num_rows > 0:
             stored.stage_log(e.epoch, chunk)
         return chunk
 
-    def _table_step(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
-        """A table's intents of the epoch (source rows and DML batches) as consistent log rows."""
+    @staticmethod
+    def _rows_in(rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> int:
+        """The rows of a table's intents this epoch: its DML batches and source ranges."""
+        ranges = e.plan.get("sources", {}).get(rel.name, {})
+        return sum(n for _, r, _, n in dml if r == rel.name) + sum(end - start for start, end in ranges.values())
+
+    def _intents(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> DataFrame | None:
+        """A table's intents of the epoch (source rows and DML batches) with their vnodes."""
         spark = self.rt.spark
         parts: list[DataFrame] = []
         conn = self.rt.connector(rel)
@@ -494,10 +504,40 @@ class BarrierLoop:
         for p in parts[1:]:
             intents = intents.unionByName(p, allowMissingColumns=True)
         keep = (ERROR, RAW) if ERROR in intents.columns else ()
-        chunk = self._set_aside_bad_records(rel, e, with_vnode(intents, rel.schema, keep).toArrow())
+        return with_vnode(intents, rel.schema, keep)
+
+    def _table_step(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> pa.Table | None:
+        """A table's intents of the epoch as consistent log rows, on the driver."""
+        intents = self._intents(rel, e, dml)
+        if intents is None:
+            return None
+        chunk = self._set_aside_bad_records(rel, e, intents.toArrow())
         return materialize_table(chunk, rel.schema, e.epoch,
                                  lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys),
                                  rel.definition.get("on_conflict", "overwrite"))
+
+    def _table_step_frame(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> StagedLog | None:
+        """`_table_step` for a big epoch: the executors join the intents with the table as of the
+        previous epoch and write the log file; the driver sees only bad records."""
+        intents = self._intents(rel, e, dml)
+        if intents is None:
+            return None
+        if ERROR in intents.columns:  # read once: counted, sampled and written
+            intents = intents.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if ERROR in intents.columns:
+                bad = intents.where(F.col(ERROR).isNotNull())
+                found = bad.count()
+                if found:
+                    first = bad.select("_seq", ERROR, RAW).orderBy("_seq").limit(MAX_BAD_RECORDS_KEPT)
+                    self._keep_bad_records(rel, e, first.toArrow(), found)
+                good = intents.where(F.col(ERROR).isNull()).drop(ERROR, RAW)
+            else:
+                good = intents
+            current = None if rel.schema.append_only else self.rt.snapshot(rel, e.prev)
+            return self.rt.stored(rel).stage_log_frame(e.epoch, materialize_table_frame(good, current, rel.schema))
+        finally:
+            intents.unpersist()
 
     def _reread_bad_records(self, rel: Relation, e: _Epoch) -> None:
         """A replayed epoch whose log Delta already holds: its bad records, not yet in the catalog,
@@ -515,27 +555,38 @@ class BarrierLoop:
         bad = pc.is_valid(chunk[ERROR])
         if pc.any(bad).as_py():
             found = chunk.filter(bad)
-            room = MAX_BAD_RECORDS_KEPT - sum(1 for r in e.errors if r[0] == rel.name)
-            kept = found.slice(0, max(0, room))
-            conn = self.rt.connector(rel)
-            assert conn is not None, f"BUG: bad records in {rel.name!r}, which has no connector"
-            splits, offsets = conn.positions(kept["_seq"])
-            e.errors.extend(zip([rel.name] * kept.num_rows, splits.to_pylist(), offsets.to_pylist(),
-                                kept[ERROR].to_pylist(), kept[RAW].to_pylist(), strict=True))
-            e.bad_counts[rel.name] = e.bad_counts.get(rel.name, 0) + found.num_rows
+            self._keep_bad_records(rel, e, found, found.num_rows)
             chunk = chunk.filter(pc.invert(bad))
         return chunk.drop_columns([ERROR, RAW])
 
-    def _mv_step(self, rel: Relation, e: _Epoch) -> pa.Table | None:
-        inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in rel.upstreams
-                  if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
-        if not inputs:
+    def _keep_bad_records(self, rel: Relation, e: _Epoch, found: pa.Table, count: int) -> None:
+        """Keep the first of `found` (`| _seq | _error | _raw |`) up to `MAX_BAD_RECORDS_KEPT` per
+        relation and epoch; count all `count`."""
+        room = MAX_BAD_RECORDS_KEPT - sum(1 for r in e.errors if r[0] == rel.name)
+        kept = found.slice(0, max(0, room))
+        conn = self.rt.connector(rel)
+        assert conn is not None, f"BUG: bad records in {rel.name!r}, which has no connector"
+        splits, offsets = conn.positions(kept["_seq"])
+        e.errors.extend(zip([rel.name] * kept.num_rows, splits.to_pylist(), offsets.to_pylist(),
+                            kept[ERROR].to_pylist(), kept[RAW].to_pylist(), strict=True))
+        e.bad_counts[rel.name] = e.bad_counts.get(rel.name, 0) + count
+
+    def _mv_step(self, rel: Relation, e: _Epoch) -> pa.Table | StagedLog | None:
+        changed = {u: c.num_rows for u in rel.upstreams if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
+        if not changed:
             return None
-        chunk, staged = Dataflow(self.rt, rel).step(e.epoch, e.prev, inputs)
-        if chunk is not None and chunk.num_rows > 0:
-            self.rt.stored(rel).stage_log(e.epoch, chunk)
+        inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in changed}
+        flow = Dataflow(self.rt, rel)
+        chunk: pa.Table | StagedLog | None
+        if sum(changed.values()) > e.big_rows and flow.on_spark:
+            chunk, staged = flow.step_frame(e.epoch, e.prev, inputs)
+            e.chunks.update(staged)
+        else:
+            chunk, tables = flow.step(e.epoch, e.prev, inputs)
+            if chunk is not None and chunk.num_rows > 0:
+                self.rt.stored(rel).stage_log(e.epoch, chunk)
+            e.chunks.update(tables)
         e.chunks[rel.name] = chunk
-        e.chunks.update(staged)
         return chunk
 
     def _forget_consumed_dml(self) -> None:

@@ -71,6 +71,9 @@ SPECS: dict[str, _Spec] = {
                                  "rows per second per new creating job; default = unlimited, 0 = paused"),
     "dml_rows_per_epoch": _Spec("1000000", _count(1), "a positive integer",
                                 "at most this many DML rows per epoch: a larger statement or bulk load spans epochs"),
+    "big_epoch_rows": _Spec("1000000", _count(0), "a non-negative integer",
+                            "a table's or MV's step whose change in an epoch has more rows than this runs on the "
+                            "Spark executors (joins and aggregates against their state files), not the driver"),
     "backfill_chunk_rows": _Spec("10000000", _count(1), "a positive integer",
                                  "at most this many snapshot rows per checkpoint of a creating job"),
     "sink_decouple": _Spec("true", _bool, "true or false",
@@ -109,6 +112,10 @@ class Settings:
     @property
     def dml_rows_per_epoch(self) -> int:
         return int(self._get("dml_rows_per_epoch"))
+
+    @property
+    def big_epoch_rows(self) -> int:
+        return int(self._get("big_epoch_rows"))
 
     @property
     def backfill_chunk_rows(self) -> int:

@@ -38,6 +38,7 @@ from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.log_store import BUFFER_ROWS, LogStore
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.snapshot import vnode_rows
+from sparkwave.storage.table import StagedLog
 
 log = logging.getLogger("sparkwave.sinks")
 BATCH_ROWS = 500_000  # at most this many change rows per delivery (more when one epoch alone has more)
@@ -300,14 +301,15 @@ class Sinks:
         with self._lock:
             return self._workers.get(name)
 
-    def on_commit(self, epoch: int, chunks: dict[str, pa.Table | None]) -> None:
-        """The barrier loop committed `epoch`: each sink's log store gets its MV's change in memory;
-        a coupled sink (`sink_decouple = false`) is waited for."""
+    def on_commit(self, epoch: int, chunks: dict[str, pa.Table | StagedLog | None]) -> None:
+        """The barrier loop committed `epoch`: each sink's log store gets its MV's change in memory
+        (a big epoch's, which only the executors held, is read back from its file); a coupled sink
+        (`sink_decouple = false`) is waited for."""
         with self._lock:
             workers = list(self._workers.values())
         for w in workers:
             chunk = chunks.get(w.row.mv)
-            if chunk is not None and chunk.num_rows:
+            if isinstance(chunk, pa.Table) and chunk.num_rows:
                 try:
                     w.store.offer(epoch, chunk)
                 except Exception:  # the epoch is committed: its change is read back from the log file

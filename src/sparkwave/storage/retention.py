@@ -43,7 +43,7 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     removed = 0
     for name in os.listdir(stored.log_path) if stored.log_path.exists() else []:
         epoch = _log_epoch(name)
-        if epoch is not None and epoch <= keep.epoch and name not in live_logs:
+        if epoch is not None and epoch <= keep.epoch and name not in live_logs or _staging_epoch(name) <= keep.epoch:
             rt.warehouse.remove_file(stored.log_path / name)
             removed += 1
     for name in os.listdir(stored.base_path) if stored.base_path.exists() else []:
@@ -60,6 +60,12 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
             rt.warehouse.remove_file(indexes / name)
             removed += 1
     return removed
+
+
+def _staging_epoch(name: str) -> float:
+    """The epoch of a big epoch's staging folder (`_staging_e<epoch>`, left by a crash), else inf."""
+    rest = name.removeprefix("_staging_e")
+    return int(rest) if rest != name and rest.isdigit() else float("inf")
 
 
 def _log_epoch(name: str) -> int | None:

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema
 
@@ -41,6 +45,15 @@ def log_rows(rows: pa.Table, schema: Schema, epoch: int) -> pa.Table:
     target = log_arrow_schema(schema)
     rows = rows.append_column("_epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
     return rows.select(target.names).cast(target)
+
+
+@dataclass(frozen=True)
+class StagedLog:
+    """An epoch's log rows that executors wrote (a big epoch): the driver knows the file and its
+    row count, never the rows."""
+
+    path: str
+    num_rows: int
 
 
 def base_arrow_schema(schema: Schema) -> pa.Schema:
@@ -103,6 +116,29 @@ class StoredTable:
                        row_group_size=64 * 1024)
         return path
 
+    def stage_log_frame(self, epoch: int, rows: DataFrame) -> StagedLog:
+        """Write one epoch's change rows `| _seq | _op | _vnode | columns |` from the executors, as
+        the same one file `stage_log` writes (through a staging folder, so the file is whole or
+        absent). No file when there are no rows."""
+        path = self.log_file_path(epoch)
+        staging = self.log_path / f"_staging_e{epoch}"
+        shutil.rmtree(staging, ignore_errors=True)
+        types = {"_seq": "bigint", "_op": "tinyint", "_vnode": "smallint",
+                 **{c.name: c.type.spark for c in self.schema.columns}}
+        out = rows.select(F.lit(epoch).cast("bigint").alias("_epoch"),
+                          *[F.col(f"`{n}`").cast(t).alias(n) for n, t in types.items()])
+        out.repartition(1).write.mode("overwrite").option("maxRecordsPerFile", 0) \
+            .option("parquet.block.size", 64 << 20).parquet(str(staging))
+        parts = [staging / f for f in os.listdir(staging) if f.endswith(".parquet")]
+        n = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        if n:
+            (part,) = parts
+            os.replace(part, path)
+        elif os.path.exists(path) and not self.log_committed(epoch):  # a file Delta holds stays
+            os.remove(path)
+        shutil.rmtree(staging, ignore_errors=True)
+        return StagedLog(path, n)
+
     def commit_log(self, epoch: int) -> tuple[str, int, int]:
         """Commit the staged file of `epoch` as one Delta version. Returns (path, rows, version).
 
@@ -138,8 +174,10 @@ class StoredTable:
         self.log.update_incremental()
         return self.log.transaction_version(APP_ID)
 
-    def read_log_epoch(self, epoch: int) -> pa.Table:
-        return pq.read_table(self.log_file_path(epoch), schema=log_arrow_schema(self.schema))
+    def staged(self, epoch: int) -> StagedLog:
+        """The log file of `epoch` (written before), without reading its rows."""
+        path = self.log_file_path(epoch)
+        return StagedLog(path, pq.ParquetFile(path).metadata.num_rows)
 
     def commit_base(self, epoch: int, files: list[str], rows: list[int]) -> int:
         """Make `files` (already inside base/) the base as of `epoch`. Returns the Delta version."""

@@ -35,7 +35,8 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, distinct, net, ns_join, with_weight
-from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
+from sparkwave.core.zset_frames import net_frame, null_safe_on, q, semi, weighted
+from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States, state_schema
 
 AGG_FUNCTIONS = ("count_star", "count", "sum", "avg", "min", "max", "count_distinct")
 _PARTIALS = re.compile(r"a(\d+)")
@@ -322,6 +323,81 @@ class Aggregate(Operator):
             cols[a.out] = v.cast(t)
         return pa.table(cols)
 
+    # --- per big epoch -------------------------------------------------------------------------
+    def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
+        """`apply` as Spark frames: the touched groups' partials (and value counts) are joins of the
+        touched groups with the state snapshots; min, max and count(DISTINCT) over value counts are
+        recomputed from each touched group's new value counts."""
+        assert not root, "BUG: an aggregate's output reaches the MV through a projection"
+        child = self.input.delta_frame(io)
+        if child is None:
+            return None
+        d = io.shared(child)
+        group = self.group
+        ptypes = dict(self.partials())
+        keys = io.shared(d.select(*[q(g) for g in group]).distinct())
+        w = F.col(W)
+        parts: list[SparkColumn] = [F.sum(w).cast("bigint").alias("_count")]
+        for i, a in enumerate(self.aggs):
+            if a.fn == "count":
+                parts.append(F.sum(F.when(q(a.arg or "").isNotNull(), w).otherwise(0)).cast("bigint").alias(f"p{i}"))
+            elif a.fn in ("sum", "avg"):
+                st = SqlType(ptypes[f"p{i}"]).spark
+                x = q(a.arg or "").cast(st)
+                parts += [F.sum(F.when(w > 0, x).otherwise(-x)).cast(st).alias(f"p{i}"),
+                          F.sum(F.when(x.isNotNull(), w).otherwise(0)).cast("bigint").alias(f"n{i}")]
+        delta = d.groupBy(*[q(g) for g in group]).agg(*parts)
+        additive = delta.columns[len(group):]
+        old = semi(io.state_rows(self.partials_state), keys, group)
+        had = io.shared(_left(keys, old.withColumn("_had", F.lit(True)), group))
+        new = old.select(*[q(g) for g in group], *additive).unionByName(delta) \
+            .groupBy(*[q(g) for g in group]).agg(*[F.sum(c).cast(SqlType(ptypes[c]).spark).alias(c) for c in additive])
+        for j, arg in enumerate(self.value_args()):
+            new = _left(new, self._value_partials(io, j, arg, d, keys), group)
+        if self.append_only:
+            new = self._folded_extremes(d, new, had)
+        distinct = {f"p{i}" for i, a in enumerate(self.aggs) if a.fn == "count_distinct"}  # 0, not NULL, as stored
+        new = io.shared(new.select(*[q(g) for g in group], *[
+            F.coalesce(F.col(c), F.lit(0)).cast("bigint").alias(c) if c in distinct else F.col(c)
+            for c, _ in self.partials()]))
+
+        state_cols = [*group, *[n for n, _ in self.partials()]]
+        io.stage_frame(self.partials_state, weighted(had.where(F.col("_had")).select(*[q(c) for c in state_cols]), -1)
+                       .unionByName(weighted(new.where(F.col("_count") > 0).select(*[q(c) for c in state_cols]), 1)))
+        olds, news = had, new
+        if not self.scalar:
+            olds, news = had.where(F.col("_count") > 0), new.where(F.col("_count") > 0)
+        return net_frame(weighted(olds.select(*self._outputs()), -1)
+                         .unionByName(weighted(news.select(*self._outputs()), 1)))
+
+    def _value_partials(self, io: FrameIO, j: int, arg: str, d: DataFrame, keys: DataFrame) -> DataFrame:
+        """Stage the value counts of `arg` and return, per touched group, the min / max / count
+        distinct partials over its new value counts."""
+        by = [*self.group, arg]
+        changes = d.where(q(arg).isNotNull()).groupBy(*[q(c) for c in by]).agg(F.sum(W).cast("bigint").alias("_count"))
+        old = semi(io.state_rows(self.values_state(j)), keys, self.group)
+        new = io.shared(old.unionByName(changes).groupBy(*[q(c) for c in by])
+                        .agg(F.sum("_count").cast("bigint").alias("_count")).where(F.col("_count") > 0))
+        io.stage_frame(self.values_state(j), weighted(old, -1).unionByName(weighted(new, 1)))
+        mine = [(i, a) for i, a in enumerate(self.aggs) if a.arg == arg and a.fn in ("min", "max", "count_distinct")]
+        fns = {"min": F.min, "max": F.max, "count_distinct": F.count}
+        return new.groupBy(*[q(g) for g in self.group]).agg(
+            *[fns[a.fn](q(arg)).cast(SqlType(dict(self.partials())[f"p{i}"]).spark).alias(f"p{i}") for i, a in mine])
+
+    def _folded_extremes(self, d: DataFrame, new: DataFrame, had: DataFrame) -> DataFrame:
+        """An append-only input's min and max: each group's old extreme folded with the epoch's."""
+        counted = self.value_args()
+        mine = [(i, a) for i, a in enumerate(self.aggs) if a.fn in ("min", "max") and a.arg not in counted]
+        if not mine:
+            return new
+        fns = {"min": F.min, "max": F.max}
+        ext = d.groupBy(*[q(g) for g in self.group]).agg(*[fns[a.fn](q(a.arg or "")).alias(f"_x{i}") for i, a in mine])
+        olds = had.select(*[q(g) for g in self.group], *[F.col(f"p{i}").alias(f"_o{i}") for i, _ in mine])
+        merged = _left(_left(new, ext, self.group), olds, self.group)
+        fold = {"min": F.least, "max": F.greatest}  # both skip NULLs
+        return merged.select(*[q(c) for c in new.columns],
+                             *[fold[a.fn](F.col(f"_o{i}"), F.col(f"_x{i}")).alias(f"p{i}") for i, a in mine])
+
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
         if self.id in io.outputs:  # merged from a chunked backfill's partials
@@ -405,6 +481,10 @@ class Aggregate(Operator):
         if self.scalar:
             one = partials.sparkSession.range(1).select(F.lit(0).cast("bigint").alias(self.group[0]))
             partials = one.join(partials, self.group, "left")
+        return partials.select(*self._outputs())
+
+    def _outputs(self) -> list[SparkColumn]:
+        """The output columns over a partials frame; absent partials (NULL) count as empty."""
         outs = [F.col(f"`{g}`") for g in self.group]
         for i, a in enumerate(self.aggs):
             t = SqlType(a.type).spark
@@ -419,7 +499,16 @@ class Aggregate(Operator):
             else:
                 v = F.col(f"p{i}")
             outs.append(v.cast(t).alias(a.out))
-        return partials.select(*outs)
+        return outs
+
+
+def _left(rows: DataFrame, other: DataFrame, group: list[str]) -> DataFrame:
+    """`rows` left-joined with `other` on the group columns, NULL equal to NULL; `other`'s group
+    columns dropped."""
+    renamed = other.select(*[q(g).alias(f"_g{k}") for k, g in enumerate(group)],
+                           *[q(c) for c in other.columns if c not in group])
+    on = null_safe_on(rows, renamed, group, [f"_g{k}" for k in range(len(group))])
+    return rows.join(renamed, on, "left").drop(*[f"_g{k}" for k in range(len(group))])
 
 
 def _sum(t: pa.Table, group: list[str], cols: list[str]) -> pa.Table:

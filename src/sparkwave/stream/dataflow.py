@@ -5,7 +5,8 @@ go through their scans and the projections above them as one Spark DataFrame (wi
 expressions; one Spark job per changed scan), collected as Z-sets; joins and aggregates run on the
 driver in Arrow against their state tables (the epoch's change is small, and an Arrow lookup costs
 no Spark job); projections above them go back to Spark only when they compute something. The
-root's change is netted per MV key into the MV's log rows (`Materialize`). A stateless tree (scans
+root's change is netted per MV key into the MV's log rows (`Materialize`). A big epoch runs whole
+on the executors instead (`step_frame`), so the driver's memory does not grow with the change. A stateless tree (scans
 and projections) runs whole in Spark, and `Dataflow.log_slice` computes its log rows for many
 epochs in one job.
 
@@ -18,6 +19,8 @@ partials and evaluates what is above it."""
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -25,13 +28,14 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.schema import Schema
+from sparkwave.core.spark import concurrently
 from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import StateIO, state_name
 from sparkwave.storage.store import Store
-from sparkwave.storage.table import base_spark_ddl
+from sparkwave.storage.table import StagedLog, base_spark_ddl
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.materialize import Materialize
-from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, SnapshotIO, collect
+from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, FrameIO, SnapshotIO, collect
 from sparkwave.stream.plan import from_json, state_schemas
 
 
@@ -51,6 +55,30 @@ class Dataflow:
         if d is None or d.num_rows == 0:
             return None, states.staged
         return self.materialize.log_rows(d, epoch), states.staged
+
+    @property
+    def on_spark(self) -> bool:
+        """Whether a big epoch can run on the executors (`step_frame`): every operator has a frame path."""
+        return all(op.on_spark for op in self.root.walk())
+
+    def step_frame(self, epoch: int, prev: int, inputs: dict[str, list[str]]
+                   ) -> tuple[StagedLog | None, dict[str, StagedLog]]:
+        """`step` for a big epoch, on the executors: the tree's change as Spark frames, state
+        lookups as joins with the state tables' snapshots as of `prev`, and the MV's and every state
+        table's log file of `epoch` written by the executors. The driver holds no rows."""
+        io = FrameIO(self.rt, inputs, owner=self.rel.name, prev=prev, epoch=epoch)
+        try:
+            d = self.root.delta_frame(io, root=True)
+            logs = io.state_logs()
+            if d is not None:
+                logs[self.rel.name] = (self.rt.stored(self.rel), self.materialize.log_frame(d))
+            names = list(logs)
+            written = concurrently(self.rt.spark, [functools.partial(stored.stage_log_frame, epoch, rows)
+                                                   for stored, rows in logs.values()])
+            staged = {n: w for n, w in zip(names, written, strict=True) if w.num_rows}
+            return staged.pop(self.rel.name, None), staged
+        finally:
+            io.release()
 
     def log_slice(self, inputs: dict[str, list[str]], epochs: list[int]) -> dict[int, pa.Table]:
         """A stateless tree's log rows per epoch, from its upstream's log files of those epochs: one

@@ -1,9 +1,10 @@
 """The join operator: an equi-join (inner, left, right, full) of two Z-sets, with one state table per
 side arranged by join key (`j<id>l`, `j<id>r`: the side's rows, keyed by join key then row key).
 
-Per epoch, an inner join emits `dL x R + L x dR + dL x dR`: each side's change joined with the
-other side's rows of its keys, looked up in that side's state table, so the cost follows the change
-and the matching rows of the other side. An outer join recomputes, for every join key the epoch
+Per epoch (on the driver; as Spark frames for a big epoch: `delta_frame`), an inner join emits
+`dL x R + L x dR + dL x dR`: each side's change joined with the other side's rows of its keys,
+looked up in that side's state table, so the cost follows the change and the matching rows of the
+other side. An outer join recomputes, for every join key the epoch
 touches on either side, that key's output rows from both sides' rows before and after the epoch and
 emits the difference, `J(L', R') - J(L, R)` restricted to the touched keys (its NULL-padded rows
 appear and disappear as a key gains or loses matches). Rows with a NULL join key never match:
@@ -25,9 +26,10 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkwave.core.schema import Schema
+from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
-from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
+from sparkwave.core.zset_frames import apply_frame, net_frame, q, semi, union_all, weighted
+from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States, state_schema
 
 JoinType = Literal["inner", "left", "right", "full"]
 _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer"}
@@ -164,15 +166,69 @@ class Join(Operator):
         cols = {**{c: rows[c] for c in rows.column_names if c != W}, **{c: nulls[c] for c in nulls.column_names}}
         return pa.table({**{n: cols[n] for n in self.names}, W: rows[W]})
 
-    # --- from a snapshot -----------------------------------------------------------------------
-    def batch(self, io: SnapshotIO) -> DataFrame:
-        left, right = self._side(io, self.left, self.left_state, self.left_keys), \
-            self._side(io, self.right, self.right_state, self.right_keys)
+    # --- per big epoch -------------------------------------------------------------------------
+    def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
+        """`apply` as Spark frames: the state lookups are joins with the sides' state snapshots."""
+        assert not root, "BUG: a join's output reaches the MV through a projection"
+        dl, dr = self.left.delta_frame(io), self.right.delta_frame(io)
+        if dl is None and dr is None:
+            return None
+        lk, rk = self.left_keys, self.right_keys
+        padded: list[DataFrame] = []
+        if dl is not None:
+            dl = io.shared(dl)
+            if self.join_type in ("left", "full"):
+                padded.append(self._pad_frame(dl.where(_any_null(lk)), self.right))
+            dl = _matchable(dl, lk)
+            io.stage_frame(self.left_state, dl)
+        if dr is not None:
+            dr = io.shared(dr)
+            if self.join_type in ("right", "full"):
+                padded.append(self._pad_frame(dr.where(_any_null(rk)), self.left))
+            dr = _matchable(dr, rk)
+            io.stage_frame(self.right_state, dr)
+        l_rows, r_rows = io.state_rows(self.left_state), io.state_rows(self.right_state)
+        if self.join_type == "inner":
+            parts = [self._weighted_frame(a, b) for a, b in ((dl, weighted(r_rows, 1)), (weighted(l_rows, 1), dr),
+                                                              (dl, dr)) if a is not None and b is not None]
+            return net_frame(union_all(parts))
+        touched = [d.select(*[q(k).alias(f"_k{i}") for i, k in enumerate(keys)])
+                   for d, keys in ((dl, lk), (dr, rk)) if d is not None]
+        keys = io.shared(union_all(touched).distinct())
+        l_old = io.shared(semi(l_rows, keys.toDF(*lk), lk))
+        r_old = io.shared(semi(r_rows, keys.toDF(*rk), rk))
+        l_new = l_old if dl is None else apply_frame(l_old, dl)
+        r_new = r_old if dr is None else apply_frame(r_old, dr)
+        return net_frame(union_all([weighted(self._join_frames(l_old, r_old), -1),
+                                    weighted(self._join_frames(l_new, r_new), 1), *padded]))
+
+    def _weighted_frame(self, left: DataFrame, right: DataFrame) -> DataFrame:
+        """The inner join of two Z-set frames, each output row weighing its input rows' product."""
+        a, b = left.withColumnRenamed(W, "_wl"), right.withColumnRenamed(W, "_wr")
+        return a.join(b, self._on(a, b), "inner").select(*[q(n) for n in self.names],
+                                                         (F.col("_wl") * F.col("_wr")).alias(W))
+
+    def _join_frames(self, left: DataFrame, right: DataFrame) -> DataFrame:
+        return left.join(right, self._on(left, right), _SPARK_JOIN[self.join_type]).select(*[q(n) for n in self.names])
+
+    def _on(self, left: DataFrame, right: DataFrame) -> SparkColumn:
         cond: SparkColumn | None = None
         for a, b in zip(self.left_keys, self.right_keys, strict=True):
             c = left[f"`{a}`"] == right[f"`{b}`"]
             cond = c if cond is None else cond & c
-        return left.join(right, cond, _SPARK_JOIN[self.join_type]).select(*[F.col(f"`{n}`") for n in self.names])
+        assert cond is not None, "BUG: a join without keys"
+        return cond
+
+    def _pad_frame(self, rows: DataFrame, other: Operator) -> DataFrame:
+        """A preserved side's rows with NULLs for the other side's columns."""
+        nulls = {n: F.lit(None).cast(SqlType(t).spark) for n, t in other.columns}
+        return rows.select(*[nulls[n].alias(n) if n in nulls else q(n) for n in self.names], W)
+
+    # --- from a snapshot -----------------------------------------------------------------------
+    def batch(self, io: SnapshotIO) -> DataFrame:
+        left, right = self._side(io, self.left, self.left_state, self.left_keys), \
+            self._side(io, self.right, self.right_state, self.right_keys)
+        return self._join_frames(left, right)
 
     def _side(self, io: SnapshotIO, side: Operator, state: str, keys: list[str]) -> DataFrame:
         """A side's rows, and its state table's. A side handed over by an earlier chunk (its state
@@ -189,6 +245,13 @@ def _matchable(rows: DataFrame, keys: list[str]) -> DataFrame:
     """A side's rows that its state keeps: as per epoch, a row with a NULL join key is not stored (it
     never matches; a preserved side's such rows are NULL-padded from the change alone)."""
     return rows.where(" AND ".join(f"`{k}` IS NOT NULL" for k in keys))
+
+
+def _any_null(keys: list[str]) -> SparkColumn:
+    cond = q(keys[0]).isNull()
+    for k in keys[1:]:
+        cond = cond | q(k).isNull()
+    return cond
 
 
 def _has_null_key(t: pa.Table, keys: list[str]) -> pa.ChunkedArray:

@@ -7,7 +7,10 @@
   an upsert that changes nothing.
 - An MV's root step (`Materialize`) turns its operator tree's Z-set into log rows: the root's
   columns renamed to the MV's, netted per MV key into one change per key.
-- Append-only relations log their inserts as they are."""
+- Append-only relations log their inserts as they are.
+
+A big epoch (`meta/barrier.py` decides) runs the same rules as Spark frames on the executors
+(`materialize_table_frame`, `Materialize.log_frame`), which write the log file themselves."""
 
 from __future__ import annotations
 
@@ -15,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op, consolidate, vnode
 from sparkwave.core.conflict import OnConflict, resolve
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import W, to_ops
+from sparkwave.core.zset_frames import inserts, log_ops, net_frame, q, semi, weighted
 from sparkwave.storage.table import log_rows
 
 
@@ -45,6 +49,23 @@ def materialize_table(intents: pa.Table, schema: Schema, epoch: int, lookup: Cal
     return log_rows(consolidate(merged, list(schema.key), schema.values), schema, epoch)
 
 
+def materialize_table_frame(intents: DataFrame, current: DataFrame | None, schema: Schema) -> DataFrame:
+    """`materialize_table` on the executors, for a big epoch under the default ON CONFLICT rule (the
+    last intent of a key wins): `current` is the table as of the previous epoch `| _vnode | columns |`
+    (None for an append-only one), joined with the intents' keys instead of looked up. Returns
+    `| _seq | _op | _vnode | columns |`."""
+    cols = [q(c) for c in ["_vnode", *schema.names]]
+    if schema.append_only:
+        return intents.select("_seq", F.lit(int(Op.INSERT)).cast("tinyint").alias("_op"), *cols)
+    assert current is not None, "BUG: a keyed table's big epoch without the table's snapshot"
+    key = list(schema.key)
+    newest = Window.partitionBy(*[q(k) for k in key]).orderBy(F.col("_seq").desc())
+    last = intents.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1")
+    new = last.where(F.col("_op").isin(int(Op.INSERT), int(Op.UPDATE_INSERT))).select(*cols)
+    old = semi(current.select(*cols), last.select(*[q(k) for k in key]), key)
+    return log_ops(net_frame(weighted(old, -1).unionByName(weighted(new, 1))), key)
+
+
 @dataclass
 class Materialize:
     """An MV's root step: the root operator's output (internal columns, keyed by `key`) as the MV's
@@ -62,6 +83,13 @@ class Materialize:
         if self.schema.append_only:
             return log_rows(rows, self.schema, epoch)
         return log_rows(consolidate(rows, list(self.schema.key), self.schema.values), self.schema, epoch)
+
+    def log_frame(self, d: DataFrame) -> DataFrame:
+        """`log_rows` on the executors: the root's Z-set frame as `| _seq | _op | _vnode | columns |`."""
+        names = {i: m for m, i in self.outputs}
+        rows = d.select(*[q(c).alias(names.get(c, c)) for c in d.columns])
+        rows = rows.select("_vnode", *[q(n) for n in self.schema.names], W)
+        return inserts(rows) if self.schema.append_only else log_ops(net_frame(rows), list(self.schema.key))
 
     def rows(self, root: DataFrame) -> DataFrame:
         """The root's snapshot frame as the MV's stored rows `| _vnode | columns |`."""

@@ -5,10 +5,13 @@ An MV is a tree of operators (the closed set is in `stream/plan.py`). Every oper
 old row and an insertion of the new one. Columns have internal names unique within the plan
 (`c<n>_<name>`); `key` names the columns that identify a row of the operator's output.
 
-Each operator is evaluated two ways:
+Each operator is evaluated three ways:
 - **per epoch** (`delta`): the epoch's change of its output from its inputs' changes. A stateless
   subtree (a scan and the projections above it) is one Spark DataFrame (`frame`), collected once;
   joins and aggregates run on the driver in Arrow (`apply`) against their state tables (`States`).
+- **per big epoch** (`delta_frame`): the same change as a Spark DataFrame, for an epoch whose
+  change is too big for the driver: state lookups are joins of the change with the state tables'
+  snapshots, and the executors write the new state rows and the output (`FrameIO`).
 - **from a snapshot** (`batch`): its whole output as a Spark DataFrame over the upstreams'
   snapshots, with its state tables' rows put in the `SnapshotIO`."""
 
@@ -21,14 +24,17 @@ from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from sparkwave.core.chunk import vnode_sql
 from sparkwave.core.schema import Column, Schema, SqlType
 from sparkwave.core.zset import W
+from sparkwave.core.zset_frames import log_ops, net_frame
 from sparkwave.storage.snapshot import read_parquet
+from sparkwave.storage.state import state_name
 from sparkwave.storage.store import Store
-from sparkwave.storage.table import log_spark_ddl
+from sparkwave.storage.table import StoredTable, log_spark_ddl
 
 WEIGHT = pa.field(W, pa.int64())
 VNODE = pa.field("_vnode", pa.int16())
@@ -76,6 +82,51 @@ class EpochIO:
         if not paths:
             return None
         return read_parquet(self.spark, log_spark_ddl(self.rt.relation(relation).schema), paths)
+
+
+@dataclass
+class FrameIO(EpochIO):
+    """What a tree reads and writes in one big epoch, on the executors: its upstreams' log files, its
+    MV's state tables as of `prev` (Spark snapshots: a lookup is a join with one), and the state
+    changes staged as frames (`state_logs`, for the executors to write). A frame read more than once is persisted
+    (`shared`), so each subtree is evaluated once."""
+
+    owner: str = ""
+    prev: int = 0
+    epoch: int = 0
+    staged_frames: dict[str, DataFrame] = field(default_factory=dict)
+    persisted: list[DataFrame] = field(default_factory=list)
+
+    def state_rows(self, suffix: str) -> DataFrame:
+        """The state table's rows `| columns |` as of `prev`."""
+        rel = self.rt.relation(state_name(self.owner, suffix))
+        rows = self.rt.snapshot(rel, self.prev)
+        return rows.select(*[F.col(f"`{n}`") for n in rel.schema.names])
+
+    def stage_frame(self, suffix: str, changes: DataFrame) -> None:
+        """Stage a consistent Z-set of state rows (`| columns | _w |`)."""
+        assert suffix not in self.staged_frames, f"BUG: state {suffix} staged twice in one epoch"
+        self.staged_frames[suffix] = changes
+
+    def shared(self, df: DataFrame) -> DataFrame:
+        self.persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return self.persisted[-1]
+
+    def state_logs(self) -> dict[str, tuple[StoredTable, DataFrame]]:
+        """Each staged state change as its table's log rows of `epoch` (`| _seq | _op | _vnode |
+        columns |`), by table name, for the executors to write."""
+        out: dict[str, tuple[StoredTable, DataFrame]] = {}
+        for suffix, changes in self.staged_frames.items():
+            rel = self.rt.relation(state_name(self.owner, suffix))
+            rows = log_ops(net_frame(changes.select(*[F.col(f"`{n}`") for n in rel.schema.names], W)),
+                           list(rel.schema.key))
+            out[rel.name] = (self.rt.stored(rel), rows.withColumn("_vnode", F.lit(0)))
+        return out
+
+    def release(self) -> None:
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted.clear()
 
 
 @dataclass
@@ -239,6 +290,14 @@ class Operator(ABC):
         """The epoch's change of a stateless tree as one Spark DataFrame `| columns | _w | keep |`
         (and `_vnode`), None if its upstream did not change."""
         raise AssertionError(f"BUG: {self.op} {self.id} keeps state: only a stateless tree is one Spark frame")
+
+    on_spark: ClassVar[bool] = True  # has `delta_frame`
+
+    def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
+        """The epoch's change as a Spark Z-set `| columns | _w |` (and `_vnode` at the root),
+        evaluated by the executors; None if it did not change. A stateless tree is its `frame`."""
+        assert self.stateless, f"BUG: {self.op} {self.id} keeps state and has no delta_frame"
+        return self.frame(io, vnode=root)
 
     def _collected(self, io: EpochIO, root: bool) -> pa.Table | None:
         frame = self.frame(io, vnode=root)

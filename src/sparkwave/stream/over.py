@@ -37,6 +37,7 @@ _STATE = re.compile(r"w(\d+)")
 class OverWindow(Operator):
     op = "over"
     keeps_state = True
+    on_spark = False  # a big epoch runs it on the driver too
 
     input: Operator
     partition: list[str]  # the state's partition columns: every call's PARTITION BY has them

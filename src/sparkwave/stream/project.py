@@ -18,6 +18,7 @@ from sparkwave.stream.operator import (
     VNODE,
     WEIGHT,
     EpochIO,
+    FrameIO,
     Operator,
     SnapshotIO,
     collect,
@@ -79,6 +80,12 @@ class Project(Operator):
         if child is None or child.num_rows == 0:
             return None
         return self.apply(child, io.spark, root=root)
+
+    def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
+        if self.stateless:
+            return self.frame(io, vnode=root)
+        child = self.input.delta_frame(io)
+        return None if child is None else self.select(child, (W,), vnode=root)
 
     def apply(self, child: pa.Table, spark: SparkSession | None = None, *, root: bool = False) -> pa.Table:
         """The projection of an Arrow Z-set of the input (`| columns | _w |`). Only a rename below the
