@@ -143,7 +143,7 @@ def test_joins_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late
     run(spark, tmp_path_factory, JOIN_MVS, epochs, late, strategy)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
        late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_windows_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
