@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 import sparkwave
@@ -293,3 +294,6 @@ def test_bad_records_beyond_the_kept_bound_are_counted(session, kafka, monkeypat
     assert [r.offset for r in session.sql("SHOW SOURCE ERRORS FROM ev").collect()] == [0, 1, 2]
     assert session.sql("SHOW SOURCES").collect()[0].bad_records == 8
     assert sorted(r.id for r in session.table("ev").collect()) == list(range(8, 20))
+    logs = session.rt.stored(session.rt.relation("ev")).log_path.glob("e*.parquet")
+    writers = {pq.ParquetFile(f).metadata.created_by.split(" ")[0] for f in logs}
+    assert writers == {"parquet-mr" if big else "parquet-cpp-arrow"}, writers  # who wrote the epoch's log

@@ -175,18 +175,8 @@ class Join(Operator):
             return None
         lk, rk = self.left_keys, self.right_keys
         padded: list[DataFrame] = []
-        if dl is not None:
-            dl = io.shared(dl)
-            if self.join_type in ("left", "full"):
-                padded.append(self._pad_frame(dl.where(_any_null(lk)), self.right))
-            dl = _matchable(dl, lk)
-            io.stage_frame(self.left_state, dl)
-        if dr is not None:
-            dr = io.shared(dr)
-            if self.join_type in ("right", "full"):
-                padded.append(self._pad_frame(dr.where(_any_null(rk)), self.left))
-            dr = _matchable(dr, rk)
-            io.stage_frame(self.right_state, dr)
+        dl = self._side_change(io, dl, lk, self.left_state, self.join_type in ("left", "full"), self.right, padded)
+        dr = self._side_change(io, dr, rk, self.right_state, self.join_type in ("right", "full"), self.left, padded)
         l_rows, r_rows = io.state_rows(self.left_state), io.state_rows(self.right_state)
         if self.join_type == "inner":
             parts = [self._weighted_frame(a, b) for a, b in ((dl, weighted(r_rows, 1)), (weighted(l_rows, 1), dr),
@@ -201,6 +191,19 @@ class Join(Operator):
         r_new = r_old if dr is None else apply_frame(r_old, dr)
         return net_frame(union_all([weighted(self._join_frames(l_old, r_old), -1),
                                     weighted(self._join_frames(l_new, r_new), 1), *padded]))
+
+    def _side_change(self, io: FrameIO, d: DataFrame | None, keys: list[str], state: str, preserved: bool,
+                     other: Operator, padded: list[DataFrame]) -> DataFrame | None:
+        """A side's change (persisted), its rows with a NULL join key padded into `padded` if the
+        side is preserved, and the rest, which its state stages and the join matches."""
+        if d is None:
+            return None
+        d = io.shared(d)
+        if preserved:
+            padded.append(self._pad_frame(d.where(_any_null(keys)), other))
+        d = _matchable(d, keys)
+        io.stage_frame(state, d)
+        return d
 
     def _weighted_frame(self, left: DataFrame, right: DataFrame) -> DataFrame:
         """The inner join of two Z-set frames, each output row weighing its input rows' product."""
