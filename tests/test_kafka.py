@@ -15,7 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import sparkwave
+import sparkwave.connectors.kafka as kafka_connector
 from sparkwave.cli.kafka_broker import Broker, free_port
+from sparkwave.connectors.kafka_reader import read_range
 from sparkwave.core.errors import SqlError
 from tests.kafka_util import (
     EV_COLS,
@@ -40,7 +42,13 @@ MVS = {
 }
 
 
-def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafka):
+@pytest.mark.parametrize("reader", ["driver", "workers"])
+def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafka, monkeypatch, reader):
+    """Either reader: the driver reads a small range itself, Spark's Python workers a large one."""
+    if reader == "workers":
+        monkeypatch.setattr(kafka_connector, "LOCAL_ROWS", 0)
+    on_driver = []
+    monkeypatch.setattr(kafka_connector, "read_range", lambda *a: on_driver.append(a) or read_range(*a))
     topic = Topic(kafka.bootstrap, 3)
     produce_events(topic, 0, 30)
     session.sql(ev_sql(topic, **{"max.rows.per.epoch": "45"}))
@@ -76,6 +84,7 @@ def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafk
     assert "column id" in reasons['{"id": "seven", "name": "x", "price": 1.0}']
     src = session.sql("SHOW SOURCES").collect()
     assert [(r.name, r.splits, r.bad_records, r.status) for r in src] == [("ev", 3, 3, None)]
+    assert bool(on_driver) == (reader == "driver"), "the ranges were read by the other reader"
 
 
 def test_an_upsert_table_applies_updates_and_tombstones_by_key(session, kafka):

@@ -50,16 +50,15 @@ def test_second_owner_gets_a_clear_error_and_a_killed_owner_is_taken_over(spark,
 
 
 def test_cli_sql_runs_statements_and_prints_query_results(tmp_path):
-    wh = str(tmp_path / "wh")
+    wh = str(tmp_path / "wh")  # two CLI processes (each starts Spark): statements with -e, a file with -f
     r = cli("sql", "--warehouse", wh, "-e", "CREATE TABLE t (k int, v varchar, PRIMARY KEY (k)); "
-                                            "INSERT INTO t VALUES (1, 'hello'), (2, 'world')")
-    assert r.returncode == 0, r.stderr
-    f = tmp_path / "q.sql"
-    f.write_text("SELECT v FROM t WHERE k = 2")
-    r = cli("sql", "--warehouse", wh, "-f", str(f))
+                                            "INSERT INTO t VALUES (1, 'hello'), (2, 'world'); FLUSH; "
+                                            "SELECT v FROM t WHERE k = 2")
     assert r.returncode == 0 and "world" in r.stdout and "hello" not in r.stdout, r.stdout + r.stderr
-    r = cli("sql", "--warehouse", wh, "-e", "SELECT nope FROM t")
-    assert r.returncode == 1 and "error" in r.stdout.lower()
+    f = tmp_path / "q.sql"
+    f.write_text("SELECT nope FROM t")
+    r = cli("sql", "--warehouse", wh, "-f", str(f))
+    assert r.returncode == 1 and "error" in r.stdout.lower() and "nope" in r.stdout, r.stdout
 
 
 def test_control_statements_from_another_process_reach_the_owner(spark, tmp_path):

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
 from sparkwave.core.errors import SqlError
+from sparkwave.core.local_frames import offsets
 from sparkwave.core.schema import Schema
 
 ROW_ID_SPLIT_SHIFT = 48
@@ -33,6 +34,7 @@ class Datagen(Connector):
                 col = key.split(".")[1]
                 if col not in known:
                     raise SqlError(f"table {table!r}: option {key} names unknown column {col!r}")
+        self._selects: dict[int, list[SparkColumn]] = {}
         self.num_splits = self.int_option("datagen.split.num", 1)
         if self.num_splits < 1:
             raise SqlError(f"table {table!r}: datagen.split.num must be at least 1")
@@ -65,14 +67,19 @@ class Datagen(Connector):
 
     def rows(self, spark: SparkSession, split: str, start: int, end: int) -> DataFrame:
         i = int(split)
-        df = spark.range(start, end).withColumnRenamed("id", "_offset")
+        if i not in self._selects:  # built once per split: each column is several Py4J calls
+            self._selects[i] = self._select(i)
+        return offsets(spark, start, end).withColumnRenamed("id", "_offset").select(*self._selects[i])
+
+    def _select(self, i: int) -> list[SparkColumn]:
+        """Split `i`'s columns from `_offset`."""
         cols = []
         for c in self.schema.columns:
             if c.name == "_row_id":
                 cols.append((F.lit(i << ROW_ID_SPLIT_SHIFT) + F.col("_offset")).alias(c.name))
             else:
                 cols.append(self._value(c.name, c.type.name, i).cast(c.type.spark).alias(c.name))
-        return df.select(*cols, (F.lit(i << ROW_ID_SPLIT_SHIFT) + F.col("_offset")).alias("_seq"))
+        return [*cols, (F.lit(i << ROW_ID_SPLIT_SHIFT) + F.col("_offset")).alias("_seq")]
 
     def _value(self, col: str, type_name: str, split: int) -> SparkColumn:
         n = F.col("_offset") * self.num_splits + split  # the row's position in the whole sequence

@@ -33,8 +33,10 @@ from sparkwave.connectors.kafka_reader import (
     KafkaRangeSource,
     ReadSpec,
     consumer_config,
+    read_range,
 )
 from sparkwave.core.errors import SqlError
+from sparkwave.core.local_frames import LOCAL_ROWS, local_batches
 from sparkwave.core.schema import Column, Schema, parse_type
 
 log = logging.getLogger("sparkwave.kafka")
@@ -214,5 +216,7 @@ class Kafka(Connector):
                  for lo in range(start, hi, TASK_OFFSETS)]
         ddl = ", ".join([f"`{c.name}` {c.type.spark}" for c in self.schema.columns]
                         + ["_op tinyint", "_seq bigint", f"{ERROR} string", f"{RAW} string"])
+        if sum(hi - lo for _, lo, hi in tasks) <= LOCAL_ROWS:  # few: read here, no Python worker, no job
+            return local_batches(spark, [b for p, lo, hi in tasks for b in read_range(self.spec, p, lo, hi)], ddl)
         return (spark.read.format(FORMAT_NAME).option("schema", ddl).option("spec", self.spec.to_json())
                 .option("ranges", json.dumps(tasks)).load())

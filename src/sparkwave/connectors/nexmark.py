@@ -8,12 +8,15 @@ the base time plus `n` event gaps, so all three tables describe one consistent e
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
 from sparkwave.core.errors import SqlError
+from sparkwave.core.local_frames import offsets
 from sparkwave.core.schema import Schema
 
 FIRST_ID = 1000
@@ -59,13 +62,21 @@ class Nexmark(Connector):
         self.gap_ns = self.int_option("nexmark.min.event.gap.in.ns", 100_000)
 
     def rows(self, spark: SparkSession, split: str, start: int, end: int) -> DataFrame:
+        return offsets(spark, start, end).select(*self._event_number).select(*self._select)
+
+    @functools.cached_property
+    def _event_number(self) -> list[SparkColumn]:
+        """`_offset` and the event's global number `_n`, from the offsets' `id`."""
         first, per = PROPORTION[self.kind]
-        df = spark.range(start, end).withColumnRenamed("id", "_offset")
-        df = df.withColumn("_n", F.floor(F.col("_offset") / per) * 50 + first + F.pmod(F.col("_offset"), F.lit(per)))
+        i = F.col("id")
+        return [i.alias("_offset"), (F.floor(i / per) * 50 + first + F.pmod(i, F.lit(per))).alias("_n")]
+
+    @functools.cached_property
+    def _select(self) -> list[SparkColumn]:
+        """The rows' columns from `_offset` and `_n`, built once (each is several Py4J calls)."""
         values = self._columns()
-        return df.select(*[
-            (F.col("_offset") if c.name == "_row_id" else values[c.name]).cast(c.type.spark).alias(c.name)
-            for c in self.schema.columns], F.col("_offset").alias("_seq"))
+        return [*[(F.col("_offset") if c.name == "_row_id" else values[c.name]).cast(c.type.spark).alias(c.name)
+                  for c in self.schema.columns], F.col("_offset").alias("_seq")]
 
     def _h(self, field: str) -> SparkColumn:
         return F.abs(F.xxhash64(F.lit(self.seed), F.lit(field), F.col("_n")))

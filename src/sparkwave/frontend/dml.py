@@ -29,6 +29,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
+from sparkwave.core.local_frames import local_frame, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
@@ -348,9 +349,9 @@ def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
         assert column is not None
         k = column.name
         # Spark computes the vnodes (its hash), from the keys typed exactly as the column.
-        frame = rt.spark.createDataFrame(keys, f"`{k}` {column.type.spark}")
-        keyed = frame.select(vnode([k]).alias("_vnode"), F.col(f"`{k}`")).toArrow().cast(
-            pa.schema([("_vnode", pa.int16()), (k, column.type.arrow)]))
+        frame = local_frame(rt.spark, keys, f"`{k}` {column.type.spark}")
+        keyed = to_arrow(frame.select(vnode([k]).alias("_vnode"), F.col(f"`{k}`")),
+                         pa.schema([("_vnode", pa.int16()), (k, column.type.arrow)]))
         found = lookup(rt.catalog, rel.name, rel.schema, epoch, keyed)
         rt.check_retained(rel, epoch)  # the files read were those of `epoch`: retention did not remove any
         return _stage_arrow(rt, rel, found, Op.KEY_DELETE)

@@ -35,6 +35,7 @@ from sparkwave.core.chunk import Op, with_vnode
 from sparkwave.core.crash import crash_point
 from sparkwave.core.epoch import next_epoch
 from sparkwave.core.errors import CatalogError, PipelineError, SparkwaveError
+from sparkwave.core.local_frames import to_arrow
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
@@ -43,6 +44,7 @@ from sparkwave.storage.lookup import lookup
 from sparkwave.storage.table import StagedLog
 from sparkwave.stream.dataflow import Dataflow
 from sparkwave.stream.materialize import materialize_table, materialize_table_frame
+from sparkwave.stream.operator import held_log
 
 if TYPE_CHECKING:
     from sparkwave.meta.jobs import CreatingJobs
@@ -101,6 +103,8 @@ class _Epoch:
     more: bool = False  # staged DML is left for the next epoch
     errors: list[tuple[str, str, int, str, str]] = field(default_factory=list)  # bad source records kept
     bad_counts: dict[str, int] = field(default_factory=dict)  # bad source records per relation, all
+    held: dict[str, DataFrame | None] = field(default_factory=dict)  # log rows as local frames, shared by MVs
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -511,7 +515,7 @@ class BarrierLoop:
         intents = self._intents(rel, e, dml)
         if intents is None:
             return None
-        chunk = self._set_aside_bad_records(rel, e, intents.toArrow())
+        chunk = self._set_aside_bad_records(rel, e, to_arrow(intents))
         return materialize_table(chunk, rel.schema, e.epoch,
                                  lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys),
                                  rel.definition.get("on_conflict", "overwrite"))
@@ -582,12 +586,24 @@ class BarrierLoop:
             chunk, staged = flow.step_frame(e.epoch, e.prev, inputs)
             e.chunks.update(staged)
         else:
-            chunk, tables = flow.step(e.epoch, e.prev, inputs)
+            held = {u: f for u in changed if (f := self._held(e, u)) is not None}
+            chunk, tables = flow.step(e.epoch, e.prev, inputs, held)
             if chunk is not None and chunk.num_rows > 0:
                 self.rt.stored(rel).stage_log(e.epoch, chunk)
             e.chunks.update(tables)
         e.chunks[rel.name] = chunk
         return chunk
+
+    def _held(self, e: _Epoch, name: str) -> DataFrame | None:
+        """The relation's log rows of the epoch as one local frame for every MV reading them, if the
+        driver holds them and they are few (`held_log`)."""
+        with e.lock:
+            if name in e.held:
+                return e.held[name]
+        rows = e.chunks.get(name)  # built outside the lock: two MVs may both build it; one is kept
+        frame = held_log(self.rt.spark, self.rt.relation(name).schema, rows) if isinstance(rows, pa.Table) else None
+        with e.lock:
+            return e.held.setdefault(name, frame)
 
     def _forget_consumed_dml(self) -> None:
         consumed = self.rt.catalog.consumed_dml()

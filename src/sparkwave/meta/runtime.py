@@ -15,6 +15,7 @@ from sparkwave.connectors import Connector, make_connector
 from sparkwave.connectors.base import ERROR, RAW
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.chunk import Op, vnode, with_vnode
+from sparkwave.core.local_frames import to_arrow
 from sparkwave.core.offsets import merged, slot_counts, slot_ranges
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.store import Store
@@ -117,7 +118,7 @@ class Runtime(Store):
         rows = conn.read(self.spark, merged([r for _, r in epochs]))
         if conn.has_bad_records:
             rows = rows.where(f"{ERROR} IS NULL").drop(ERROR, RAW)
-        table = with_vnode(rows, rel.schema).toArrow()
+        table = to_arrow(with_vnode(rows, rel.schema))
         split, offset = conn.positions(table["_seq"])
         folder.mkdir(parents=True, exist_ok=True)
         out = []

@@ -47,11 +47,13 @@ class Dataflow:
         self.materialize = Materialize(self.root.key, [(m, i) for m, i in rel.definition["outputs"]], rel.schema)
         self._builds: list[SnapshotIO] = []
 
-    def step(self, epoch: int, prev: int, inputs: dict[str, list[str]]) -> tuple[pa.Table | None, dict[str, pa.Table]]:
-        """The MV's log rows for `epoch` from its upstreams' log files of that epoch (`inputs`), with
-        state as of `prev`; state changes are staged. Returns (MV rows, staged state rows by table)."""
+    def step(self, epoch: int, prev: int, inputs: dict[str, list[str]], changes: dict[str, DataFrame] | None = None
+             ) -> tuple[pa.Table | None, dict[str, pa.Table]]:
+        """The MV's log rows for `epoch` from its upstreams' log files of that epoch (`inputs`; the
+        same rows as local frames `changes` where the driver holds them), with state as of `prev`; state changes are
+        staged. Returns (MV rows, staged state rows by table)."""
         states = StateIO(self.rt, self.rel.name, prev, epoch)
-        d = self.root.delta(EpochIO(self.rt, inputs, states), root=True)
+        d = self.root.delta(EpochIO(self.rt, inputs, states, changes or {}), root=True)
         if d is None or d.num_rows == 0:
             return None, states.staged
         return self.materialize.log_rows(d, epoch), states.staged

@@ -28,13 +28,14 @@ from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from sparkwave.core.chunk import vnode_sql
+from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, to_arrow
 from sparkwave.core.schema import Column, Schema, SqlType
 from sparkwave.core.zset import W
 from sparkwave.core.zset_frames import log_ops, net_frame
 from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import state_name
 from sparkwave.storage.store import Store
-from sparkwave.storage.table import StoredTable, log_spark_ddl
+from sparkwave.storage.table import StoredTable, log_arrow_schema, log_spark_ddl
 
 WEIGHT = pa.field(W, pa.int64())
 VNODE = pa.field("_vnode", pa.int16())
@@ -61,11 +62,13 @@ class States(Protocol):
 @dataclass
 class EpochIO:
     """What a tree reads and writes in one epoch: its upstreams' log files by relation (of one
-    epoch, or of several for a stateless tree's slice) and its MV's state tables."""
+    epoch, or of several for a stateless tree's slice), the same rows of one epoch as local frames
+    where the driver still holds them (`changes`), and its MV's state tables."""
 
     rt: Store
     inputs: dict[str, list[str]]
     state: States | None = None
+    changes: dict[str, DataFrame] = field(default_factory=dict)  # `held_log` frames, by upstream
 
     @property
     def spark(self) -> SparkSession:
@@ -81,7 +84,19 @@ class EpochIO:
         paths = self.inputs.get(relation)
         if not paths:
             return None
+        held = self.changes.get(relation)
+        if held is not None:
+            return held
         return read_parquet(self.spark, log_spark_ddl(self.rt.relation(relation).schema), paths)
+
+
+def held_log(spark: SparkSession, schema: Schema, rows: pa.Table) -> DataFrame | None:
+    """A relation's log rows of an epoch that the driver holds, as a local frame when they are few
+    (`LOCAL_ROWS`): read without a file scan, and collected without a job (`to_arrow`)."""
+    if rows.num_rows > LOCAL_ROWS:
+        return None
+    target = log_arrow_schema(schema)
+    return local_frame(spark, rows.select(target.names).cast(target), log_spark_ddl(schema))
 
 
 @dataclass
@@ -198,8 +213,9 @@ def exprs_json(exprs: list[tuple[str, str]], predicate: str | None) -> dict[str,
 
 
 def collect(df: DataFrame, schema: pa.Schema) -> pa.Table:
-    """A per-epoch frame on the driver, in the operator's Arrow types."""
-    return df.toArrow().select(schema.names).cast(schema)
+    """A per-epoch frame on the driver, in the operator's Arrow types (a small change's without a
+    Spark job: `core/local_frames.py`)."""
+    return to_arrow(df, schema)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from sparkwave.core.local_frames import local_frame
 from sparkwave.core.zset import W
 from sparkwave.stream.operator import (
     VNODE,
@@ -94,8 +95,8 @@ class Project(Operator):
             names = [e[1:-1] for _, e in self.exprs]
             return child.select([*names, W]).rename_columns([*self.names, W]).cast(self.arrow_schema(WEIGHT))
         assert spark is not None, f"BUG: projection {self.id} computes expressions: it needs Spark"
-        df = spark.createDataFrame(child.drop_columns([W]).append_column(W, child[W]),
-                                   schema=f"{self.input.spark_ddl()}, `{W}` bigint")
+        df = local_frame(spark, child.drop_columns([W]).append_column(W, child[W]),
+                         f"{self.input.spark_ddl()}, `{W}` bigint")
         return collect(self.select(df, (W,), vnode=root), self.arrow_schema(WEIGHT, *([VNODE] if root else [])))
 
     # --- from a snapshot -----------------------------------------------------------------------

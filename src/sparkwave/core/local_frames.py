@@ -1,0 +1,91 @@
+"""Small changes without a Spark job.
+
+A frame over a *local relation* (rows the driver handed Spark, `spark.createDataFrame` of an Arrow
+table) whose operators are projections and filters is evaluated by Spark's optimizer itself
+(`ConvertToLocalRelation`), on the driver: collecting it runs no job. Reading a small change that
+way instead of from its file saves the file scan's planning and the job (`bench/RESULTS.md`, "Small
+epochs without Spark jobs"). Spark's own expressions compute the values; only their way back to
+Arrow differs (`collect()`'s Python values), and `to_arrow` takes that way only for types whose
+values come back exactly, falling back to Arrow transfer otherwise. The optimizer evaluates on one
+thread and the rows come back to Python one by one: past `LOCAL_ROWS` rows (measured crossover of a
+project-filter frame: about 10k) the file and the executors win. A union (a generated source of
+several splits) is not folded: it runs a job, over the same local rows."""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
+
+LOCAL_ROWS = 8192
+
+
+@functools.lru_cache(maxsize=1024)
+def _struct(ddl: str) -> StructType:
+    parsed = _parse_datatype_string(ddl)
+    assert isinstance(parsed, StructType), f"BUG: {ddl!r} is not a row type"
+    return parsed
+
+
+def local_frame(spark: SparkSession, rows: pa.Table, ddl: str) -> DataFrame:
+    """`rows` (with the names, in the order, of `ddl`'s columns; cast to their types) as a frame over a
+    local relation."""
+    return spark.createDataFrame(rows, schema=_struct(ddl))
+
+
+def local_batches(spark: SparkSession, batches: list[pa.RecordBatch], ddl: str) -> DataFrame:
+    """Record batches with `ddl`'s columns (by name; none at all is an empty frame) as a local frame."""
+    struct = _struct(ddl)
+    names = [f.name for f in struct.fields]
+    rows = pa.Table.from_batches([b.select(names) for b in batches]) if batches else \
+        to_arrow_schema(struct, timezone="UTC").empty_table()
+    return spark.createDataFrame(rows, schema=struct)
+
+
+def offsets(spark: SparkSession, start: int, end: int) -> DataFrame:
+    """`| id |` for `[start, end)`, as `spark.range`: local when small, so a generated source's
+    expressions over it are evaluated without a job."""
+    if end - start > LOCAL_ROWS:
+        return spark.range(start, end)
+    return local_frame(spark, pa.table({"id": pa.array(range(start, end), pa.int64())}), "id bigint")
+
+
+# What `collect()` returns as Python values that Arrow takes back exactly.
+_PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
+          pa.types.is_large_string, pa.types.is_decimal, pa.types.is_date32, pa.types.is_timestamp)
+
+
+def to_arrow(df: DataFrame, schema: pa.Schema | None = None) -> pa.Table:
+    """`df`'s rows (in `schema`, by name; else in the frame's own types). Without a Spark job when
+    the optimizer folded the frame into a local relation of at most `LOCAL_ROWS` rows."""
+    if schema is None:
+        schema = to_arrow_schema(df.schema, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+    plan = df._jdf.queryExecution().optimizedPlan()
+    if (plan.getClass().getSimpleName() == "LocalRelation" and plan.data().size() <= LOCAL_ROWS
+            and all(any(is_(f.type) for is_ in _PLAIN) for f in schema)):
+        try:
+            return _from_rows(df, df.collect(), schema)
+        except (ValueError, OverflowError):  # a TIMESTAMP near year 1 or 9999 in local time: Arrow's way
+            pass
+    return df.toArrow().select(schema.names).cast(schema)
+
+
+def _from_rows(df: DataFrame, rows: list, schema: pa.Schema) -> pa.Table:
+    names = df.columns
+    at = {n: i for i, n in enumerate(names)}
+    zoned = {f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)} \
+        if any(pa.types.is_timestamp(f.type) for f in schema) else set()
+    arrays = []
+    for f in schema:
+        values = [r[at[f.name]] for r in rows]
+        if pa.types.is_timestamp(f.type):
+            if (f.name in zoned) != (f.type.tz is not None):  # Arrow's cast decides, as with toArrow()
+                raise ValueError(f"column {f.name} is read as {f.type}")
+            if f.name in zoned:  # PySpark returns a TIMESTAMP as a naive datetime in local time
+                values = [None if v is None else v.astimezone(UTC) for v in values]
+        arrays.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
