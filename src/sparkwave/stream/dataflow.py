@@ -2,13 +2,14 @@
 
 **Per epoch** (`Dataflow.step`): the root's `delta` walks the tree. The changed upstreams' log rows
 go through their scans and the projections above them as one Spark DataFrame (window, filter,
-expressions; one Spark job per changed scan), collected as Z-sets; joins and aggregates run on the
-driver in Arrow against their state tables (the epoch's change is small, and an Arrow lookup costs
-no Spark job); projections above them go back to Spark only when they compute something. The
-root's change is netted per MV key into the MV's log rows (`Materialize`). A big epoch runs whole
-on the executors instead (`step_frame`), so the driver's memory does not grow with the change. A stateless tree (scans
-and projections) runs whole in Spark, and `Dataflow.log_slice` computes its log rows for many
-epochs in one job.
+expressions), collected as Z-sets: a small change is held by the driver and evaluated by Spark's
+optimizer without a job (`core/local_frames.py`), a larger one is read from its file by one job.
+Joins and aggregates run on the driver in Arrow against their state tables (the epoch's change is
+small, and an Arrow lookup costs no Spark job); projections above them go back to Spark only when
+they compute something. The root's change is netted per MV key into the MV's log rows
+(`Materialize`). A big epoch runs whole on the executors instead (`step_frame`), so the driver's
+memory does not grow with the change. A stateless tree (scans and projections) runs whole in Spark,
+and `Dataflow.log_slice` computes its log rows for many epochs in one job.
 
 **From a snapshot** (`Dataflow.build`): the same tree as Spark DataFrames over the upstreams'
 snapshots at one epoch gives the MV's rows and every state table's rows, for a backfill. A frame
