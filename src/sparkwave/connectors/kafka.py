@@ -207,10 +207,6 @@ class Kafka(Connector):
         return ranges
 
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
-        with _registered_lock:
-            if spark not in _registered:
-                spark.dataSource.register(KafkaRangeSource)
-                _registered.add(spark)
         tasks = [[int(p), lo, min(hi, lo + TASK_OFFSETS)]
                  for p, (start, hi) in sorted(ranges.items(), key=lambda r: int(r[0]))
                  for lo in range(start, hi, TASK_OFFSETS)]
@@ -218,5 +214,9 @@ class Kafka(Connector):
                         + ["_op tinyint", "_seq bigint", f"{ERROR} string", f"{RAW} string"])
         if sum(hi - lo for _, lo, hi in tasks) <= LOCAL_ROWS:  # few: read here, no Python worker, no job
             return local_batches(spark, [b for p, lo, hi in tasks for b in read_range(self.spec, p, lo, hi)], ddl)
+        with _registered_lock:
+            if spark not in _registered:
+                spark.dataSource.register(KafkaRangeSource)
+                _registered.add(spark)
         return (spark.read.format(FORMAT_NAME).option("schema", ddl).option("spec", self.spec.to_json())
                 .option("ranges", json.dumps(tasks)).load())

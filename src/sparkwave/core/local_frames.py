@@ -40,10 +40,9 @@ def local_frame(spark: SparkSession, rows: pa.Table, ddl: str) -> DataFrame:
 def local_batches(spark: SparkSession, batches: list[pa.RecordBatch], ddl: str) -> DataFrame:
     """Record batches with `ddl`'s columns (by name; none at all is an empty frame) as a local frame."""
     struct = _struct(ddl)
-    names = [f.name for f in struct.fields]
-    rows = pa.Table.from_batches([b.select(names) for b in batches]) if batches else \
+    rows = pa.Table.from_batches([b.select(struct.fieldNames()) for b in batches]) if batches else \
         to_arrow_schema(struct, timezone="UTC").empty_table()
-    return spark.createDataFrame(rows, schema=struct)
+    return local_frame(spark, rows, ddl)
 
 
 def offsets(spark: SparkSession, start: int, end: int) -> DataFrame:
@@ -62,23 +61,22 @@ _PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.typ
 def to_arrow(df: DataFrame, schema: pa.Schema | None = None) -> pa.Table:
     """`df`'s rows (in `schema`, by name; else in the frame's own types). Without a Spark job when
     the optimizer folded the frame into a local relation of at most `LOCAL_ROWS` rows."""
+    struct = df.schema
     if schema is None:
-        schema = to_arrow_schema(df.schema, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+        schema = to_arrow_schema(struct, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
     plan = df._jdf.queryExecution().optimizedPlan()
     if (plan.getClass().getSimpleName() == "LocalRelation" and plan.data().size() <= LOCAL_ROWS
             and all(any(is_(f.type) for is_ in _PLAIN) for f in schema)):
         try:
-            return _from_rows(df, df.collect(), schema)
+            return _from_rows(struct, df.collect(), schema)
         except (ValueError, OverflowError):  # a TIMESTAMP near year 1 or 9999 in local time: Arrow's way
             pass
     return df.toArrow().select(schema.names).cast(schema)
 
 
-def _from_rows(df: DataFrame, rows: list, schema: pa.Schema) -> pa.Table:
-    names = df.columns
-    at = {n: i for i, n in enumerate(names)}
-    zoned = {f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)} \
-        if any(pa.types.is_timestamp(f.type) for f in schema) else set()
+def _from_rows(struct: StructType, rows: list, schema: pa.Schema) -> pa.Table:
+    at = {n: i for i, n in enumerate(struct.fieldNames())}
+    zoned = {f.name for f in struct.fields if isinstance(f.dataType, TimestampType)}
     arrays = []
     for f in schema:
         values = [r[at[f.name]] for r in rows]
