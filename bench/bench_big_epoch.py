@@ -8,7 +8,11 @@
    another, both above the default `big_epoch_rows`, in a child process whose Spark driver has
    `spark.driver.memory=1g` and whose Python process's data segment is capped (RLIMIT_DATA: its
    size once started + 1 GiB): the MV equals DuckDB's evaluation of the same query over the same
-   rows, and the driver's peak RSS growth."""
+   rows, and the driver's peak RSS growth.
+3. State lookups that follow the change: a join's state of S auctions, compacted (sorted by id),
+   looked up on the executors by a backlog of bids on the newest 1% of them, at two state sizes,
+   bounded by the change's key range and over the whole state (three times each, alternating, in
+   one process): how the lookup's time grows with the state."""
 
 from __future__ import annotations
 
@@ -153,12 +157,63 @@ def bulk() -> str:
     return report("Big epochs: a 5M-row bulk load with a capped driver", lines)
 
 
+FOLLOW_SIZES = [int(x) for x in os.environ.get("SPARKWAVE_BENCH_FOLLOW_SIZES", "1000000,4000000,8000000").split(",")]
+FOLLOW_BIDS = 200_000
+FOLLOW_MV = ("SELECT b.auction, a.item, count(*) AS n FROM bids b JOIN auctions a ON b.auction = a.id "
+             "GROUP BY b.auction, a.item")
+
+
+def follow() -> str:
+    from pyspark.sql import functions as F
+
+    from sparkwave.core.zset_frames import semi
+    from sparkwave.stream.operator import FrameIO
+
+    lines = ["| auctions (state rows) | bounded s | whole state s | whole / bounded |", "|---|---|---|---|"]
+    figures: list[tuple[float, float]] = []
+    for size in FOLLOW_SIZES:
+        s = sparkwave.connect(fresh_dir(f"follow-{size}"), spark=spark(), barrier_interval_ms=3_600_000)
+        s.sql("CREATE TABLE auctions (id bigint, item varchar, PRIMARY KEY (id)); "
+              "CREATE TABLE bids (id bigint, auction bigint, price bigint, PRIMARY KEY (id)); "
+              f"SET compaction_epochs = 1000000; SET dml_rows_per_epoch = {size}; "
+              f"CREATE MATERIALIZED VIEW per_auction AS {FOLLOW_MV}")
+        s.insert("auctions", spark().range(size).selectExpr(  # Nexmark's item names are about 60 characters
+            "id", "concat('item ', id, ' ', repeat(substr(sha2(cast(id AS string), 256), 1, 8), 7)) AS item"))
+        s.flush()
+        s.compact()  # the join's auction state: a base sorted by id
+        state = next(x for x in s.catalog.relation("per_auction").definition["states"] if x.endswith("r"))
+        io = FrameIO(rt=s.rt, inputs={}, owner="per_auction", prev=s.committed_epoch, epoch=s.committed_epoch + 1)
+        key = s.rt.relation(f"per_auction.{state}").schema.key[0]
+        recent = size - size // 100  # a backlog of bids on the newest 1% of the auctions
+        keys = spark().range(FOLLOW_BIDS).select((F.lit(recent) + F.col("id") % (size // 100)).alias(key)).distinct()
+        keys = io.shared(keys)
+        keys.count()
+        times: dict[str, list[float]] = {"bounded": [], "whole": []}
+        for way in ["whole", *["bounded", "whole"] * 3]:  # the first one warms up
+            io.ranges.clear()
+            t0 = time.perf_counter()
+            found = semi(io.state_rows(state, (keys, key) if way == "bounded" else None), keys, [key]).count()
+            times[way].append(time.perf_counter() - t0)
+            assert found == size // 100, f"the lookup found {found} auctions, not {size // 100}"
+        io.release()
+        s.close()
+        b, w = median(times["bounded"]), median(times["whole"][1:])
+        figures.append((b, w))
+        lines.append(f"| {size:,} | {b:.2f} | {w:.2f} | {w / b:.2f}x |")
+    (b0, w0), (b1, w1) = figures[0], figures[-1]
+    lines.append(f"\nFrom {FOLLOW_SIZES[0]:,} to {FOLLOW_SIZES[-1]:,} state rows the lookup takes {b1 / b0:.2f}x "
+                 f"as long bounded and {w1 / w0:.2f}x over the whole state.")
+    return report(f"Big epochs: a join state's lookup of {FOLLOW_BIDS:,} bids' auctions (the newest 1%)", lines)
+
+
 def main() -> list[str]:
-    return [crossover(), bulk()]
+    return [crossover(), bulk(), follow()]
 
 
 if __name__ == "__main__":
     if "--bulk" in sys.argv:
         bulk_child()
+    elif "--follow" in sys.argv:
+        follow()
     else:
         main()

@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op
+from sparkwave.core.schema import SqlType
 from sparkwave.core.zset import W
 
 
@@ -72,3 +73,36 @@ def inserts(rows: DataFrame) -> DataFrame:
     """An append-only relation's Z-set (every row inserted) as change rows `| _seq | _op | columns |`."""
     return rows.select(F.lit(1).cast("bigint").alias("_seq"), F.lit(int(Op.INSERT)).cast("tinyint").alias("_op"),
                        *[q(c) for c in rows.columns if c != W])
+
+
+_RANGED = ("smallint", "int", "bigint", "date", "varchar", "timestamp")  # their text round-trips exactly
+
+
+def key_range(rows: DataFrame, column: str, target: str, sql_type: SqlType) -> SparkColumn | None:
+    """A predicate on `target` that holds for every value of `rows[column]`, NULL included: the
+    range of those values as literals, which Spark pushes into Parquet scans, so a table sorted by
+    `target` reads only the row groups whose statistics overlap the range (one job computes it).
+    None for types whose values would not round-trip or whose order statistics may not follow
+    (floats: NaN and -0.0), or that are not worth a range (boolean, bytes), and when the two
+    columns' types differ (a join of an int with a bigint key)."""
+    name = sql_type.name
+    if rows.schema[column].dataType.simpleString() != sql_type.spark:
+        return None
+    if name == "timestamptz":  # its text depends on the session's time zone; its microseconds do not
+        bounds = rows.agg(F.min(F.unix_micros(q(column))), F.max(F.unix_micros(q(column)))).first()
+
+        def literal(v: object) -> SparkColumn:
+            return F.timestamp_micros(F.lit(v).cast("bigint"))
+    elif name in _RANGED or name.startswith("decimal"):
+        bounds = rows.agg(F.min(q(column)).cast("string"), F.max(q(column)).cast("string")).first()
+
+        def literal(v: object) -> SparkColumn:
+            return F.lit(v).cast(sql_type.spark)
+    else:
+        return None
+    assert bounds is not None, "BUG: an aggregate without a row"
+    lo, hi = bounds
+    col = q(target)
+    if lo is None:
+        return col.isNull()
+    return col.isNull() | ((col >= literal(lo)) & (col <= literal(hi)))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -74,9 +75,11 @@ class Runtime(Store):
         for conn in conns:
             conn.close()
 
-    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None) -> DataFrame:
+    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None,
+                 where: SparkColumn | None = None) -> DataFrame:
         if rel.kind != "source":
-            return super().snapshot(rel, epoch, vnodes)
+            return super().snapshot(rel, epoch, vnodes, where)
+        assert where is None, "BUG: a source's snapshot filtered by key (only state tables are)"
         ranges = slot_ranges(self._source_snapshot(rel, epoch), vnodes)
         conn = self._reader(rel)
         if not ranges:

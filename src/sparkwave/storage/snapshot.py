@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -33,17 +34,18 @@ def changes(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, af
 
 
 def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, epoch: int,
-             vnodes: tuple[int, int] | None = None) -> DataFrame:
+             vnodes: tuple[int, int] | None = None, where: SparkColumn | None = None) -> DataFrame:
     """The rows `| _vnode | columns |` of `name` as of `epoch` (the caller checks retention); with
-    `vnodes = (lo, hi)` only those of vnodes in `[lo, hi)`: a backfill chunk. The filter reaches
-    the Parquet scans, so base row groups outside the range are skipped."""
+    `vnodes = (lo, hi)` only those of vnodes in `[lo, hi)`: a backfill chunk; with `where` (a
+    predicate on key columns only, so that it keeps or drops every version of a key) only the rows
+    it holds for. Both filters reach the Parquet scans, so base row groups outside them are skipped."""
     base = catalog.base_at(name, epoch)
     c = base.epoch if base else 0
-    state = _in_range(read_parquet(spark, base_spark_ddl(schema), base.files if base else []), vnodes)
+    state = _in_range(read_parquet(spark, base_spark_ddl(schema), base.files if base else []), vnodes, where)
     log_files = [p for _, p in catalog.log_files(name, c, epoch)]
     if not log_files:
         return state
-    log = _in_range(read_parquet(spark, log_spark_ddl(schema), log_files), vnodes)
+    log = _in_range(read_parquet(spark, log_spark_ddl(schema), log_files), vnodes, where)
     cols = ["_vnode", *[f"`{n}`" for n in schema.names]]
     if schema.append_only:
         return state.unionByName(log.where(F.col("_op") == int(Op.INSERT)).select(*cols))
@@ -70,7 +72,9 @@ def is_plain(catalog: Catalog, name: str, schema: Schema, epoch: int) -> bool:
     return not catalog.log_files(name, base.epoch if base else 0, epoch)
 
 
-def _in_range(df: DataFrame, vnodes: tuple[int, int] | None) -> DataFrame:
+def _in_range(df: DataFrame, vnodes: tuple[int, int] | None, where: SparkColumn | None = None) -> DataFrame:
+    if where is not None:
+        df = df.where(where)
     if vnodes is None:
         return df
     lo, hi = vnodes

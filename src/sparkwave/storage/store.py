@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -57,12 +58,14 @@ class Store:
             raise NotRetainedError(f"{rel.name!r} as of epoch {epoch} is no longer retained; "
                                    f"the oldest retained epoch is {lo}")
 
-    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None) -> DataFrame:
+    def snapshot(self, rel: Relation, epoch: int, vnodes: tuple[int, int] | None = None,
+                 where: SparkColumn | None = None) -> DataFrame:
         """All stored columns (hidden included, `_vnode` too) of `rel` as of a committed epoch, or
-        only the rows of the vnodes in `[lo, hi)`. The frame holds the whole snapshot or, if
+        only the rows of the vnodes in `[lo, hi)`, or only those a predicate on key columns holds
+        for (`snapshot.snapshot`). The frame holds the whole snapshot or, if
         retention removes one of its files before it is evaluated, fails: never partial rows."""
         self.check_retained(rel, epoch)
-        df = snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch, vnodes)
+        df = snap.snapshot(self.spark, self.catalog, rel.name, rel.schema, epoch, vnodes, where)
         # Retention forgets files in the catalog before it removes them: had it run while the files
         # were being listed, the listing may lack some, and this check says so.
         self.check_retained(rel, epoch)

@@ -348,7 +348,7 @@ class Aggregate(Operator):
                           F.sum(F.when(x.isNotNull(), w).otherwise(0)).cast("bigint").alias(f"n{i}")]
         delta = d.groupBy(*[q(g) for g in group]).agg(*parts)
         additive = delta.columns[len(group):]
-        old = semi(io.state_rows(self.partials_state), keys, group)
+        old = semi(io.state_rows(self.partials_state, (keys, group[0]) if group else None), keys, group)
         had = io.shared(_left(keys, old.withColumn("_had", F.lit(True)), group))
         new = had.where(F.col("_had")).select(*[q(g) for g in group], *additive).unionByName(delta) \
             .groupBy(*[q(g) for g in group]).agg(*[F.sum(c).cast(SqlType(ptypes[c]).spark).alias(c) for c in additive])
@@ -375,7 +375,8 @@ class Aggregate(Operator):
         distinct partials over its new value counts."""
         by = [*self.group, arg]
         changes = d.where(q(arg).isNotNull()).groupBy(*[q(c) for c in by]).agg(F.sum(W).cast("bigint").alias("_count"))
-        old = io.shared(semi(io.state_rows(self.values_state(j)), keys, self.group))  # read once, used twice
+        old = io.shared(semi(io.state_rows(self.values_state(j), (keys, self.group[0]) if self.group else None),
+                             keys, self.group))  # read once, used twice
         new = io.shared(old.unionByName(changes).groupBy(*[q(c) for c in by])
                         .agg(F.sum("_count").cast("bigint").alias("_count")).where(F.col("_count") > 0))
         io.stage_frame(self.values_state(j), weighted(old, -1).unionByName(weighted(new, 1)))

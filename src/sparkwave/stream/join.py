@@ -177,16 +177,19 @@ class Join(Operator):
         padded: list[DataFrame] = []
         dl = self._side_change(io, dl, lk, self.left_state, self.join_type in ("left", "full"), self.right, padded)
         dr = self._side_change(io, dr, rk, self.right_state, self.join_type in ("right", "full"), self.left, padded)
-        l_rows, r_rows = io.state_rows(self.left_state), io.state_rows(self.right_state)
-        if self.join_type == "inner":
-            parts = [self._weighted_frame(a, b) for a, b in ((dl, weighted(r_rows, 1)), (weighted(l_rows, 1), dr),
-                                                              (dl, dr)) if a is not None and b is not None]
+        if self.join_type == "inner":  # each side's change looks up the other side's rows of its keys
+            parts = [self._weighted_frame(dl, weighted(io.state_rows(self.right_state, (dl, lk[0])), 1))] \
+                if dl is not None else []
+            if dr is not None:
+                parts.append(self._weighted_frame(weighted(io.state_rows(self.left_state, (dr, rk[0])), 1), dr))
+            if dl is not None and dr is not None:
+                parts.append(self._weighted_frame(dl, dr))
             return net_frame(union_all(parts))
         touched = [d.select(*[q(k).alias(f"_k{i}") for i, k in enumerate(keys)])
                    for d, keys in ((dl, lk), (dr, rk)) if d is not None]
         keys = io.shared(union_all(touched).distinct())
-        l_old = io.shared(semi(l_rows, keys.toDF(*lk), lk))
-        r_old = io.shared(semi(r_rows, keys.toDF(*rk), rk))
+        l_old = io.shared(semi(io.state_rows(self.left_state, (keys, "_k0")), keys.toDF(*lk), lk))
+        r_old = io.shared(semi(io.state_rows(self.right_state, (keys, "_k0")), keys.toDF(*rk), rk))
         l_new = l_old if dl is None else apply_frame(l_old, dl)
         r_new = r_old if dr is None else apply_frame(r_old, dr)
         return net_frame(union_all([weighted(self._join_frames(l_old, r_old), -1),

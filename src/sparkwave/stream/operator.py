@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
@@ -31,7 +32,7 @@ from sparkwave.core.chunk import vnode_sql
 from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, to_arrow
 from sparkwave.core.schema import Column, Schema, SqlType
 from sparkwave.core.zset import W
-from sparkwave.core.zset_frames import log_ops, net_frame
+from sparkwave.core.zset_frames import key_range, log_ops, net_frame
 from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import state_name
 from sparkwave.storage.store import Store
@@ -111,11 +112,24 @@ class FrameIO(EpochIO):
     epoch: int = 0
     staged_frames: dict[str, DataFrame] = field(default_factory=dict)
     persisted: list[DataFrame] = field(default_factory=list)
+    ranges: dict[tuple[int, str, str, str], SparkColumn | None] = field(default_factory=dict)
 
-    def state_rows(self, suffix: str) -> DataFrame:
-        """The state table's rows `| columns |` as of `prev`."""
+    def state_rows(self, suffix: str, near: tuple[DataFrame, str] | None = None) -> DataFrame:
+        """The state table's rows `| columns |` as of `prev`; with `near = (keys, column)`, only
+        those whose leading key column lies within the range of `keys[column]` (the lookup's keys):
+        a state's base is sorted by that column, so the scans skip the row groups outside it and
+        the lookup's cost follows the change's key range, not the state's size."""
         rel = self.rt.relation(state_name(self.owner, suffix))
-        rows = self.rt.snapshot(rel, self.prev)
+        where = None
+        if near is not None:
+            lead = rel.schema.key[0]
+            column = rel.schema.column(lead)
+            assert column is not None, f"BUG: state {rel.name} lacks its key column {lead}"
+            memo = (id(near[0]), near[1], lead, column.type.name)
+            if memo not in self.ranges:  # an aggregate looks up its partials and value counts by the same keys
+                self.ranges[memo] = key_range(near[0], near[1], lead, column.type)
+            where = self.ranges[memo]
+        rows = self.rt.snapshot(rel, self.prev, where=where)
         return rows.select(*[F.col(f"`{n}`") for n in rel.schema.names])
 
     def stage_frame(self, suffix: str, changes: DataFrame) -> None:
