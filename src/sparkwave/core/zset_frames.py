@@ -82,27 +82,33 @@ def key_range(rows: DataFrame, column: str, target: str, sql_type: SqlType) -> S
     """A predicate on `target` that holds for every value of `rows[column]`, NULL included: the
     range of those values as literals, which Spark pushes into Parquet scans, so a table sorted by
     `target` reads only the row groups whose statistics overlap the range (one job computes it).
-    None for types whose values would not round-trip or whose order statistics may not follow
-    (floats: NaN and -0.0), or that are not worth a range (boolean, bytes), and when the two
-    columns' types differ (a join of an int with a bigint key)."""
+    None for types whose order statistics may not follow (floats: NaN and -0.0) or that are not
+    worth a range (boolean, bytes), when the two columns' types differ, and when a bound's text
+    does not read back as the same value (checked in the same job: a bound that failed to
+    round-trip would drop rows)."""
     name = sql_type.name
     if rows.schema[column].dataType.simpleString() != sql_type.spark:
         return None
+    col = q(column)
     if name == "timestamptz":  # its text depends on the session's time zone; its microseconds do not
-        bounds = rows.agg(F.min(F.unix_micros(q(column))), F.max(F.unix_micros(q(column)))).first()
+        lo, hi = F.min(F.unix_micros(col)), F.max(F.unix_micros(col))
 
-        def literal(v: object) -> SparkColumn:
-            return F.timestamp_micros(F.lit(v).cast("bigint"))
+        def literal(v: SparkColumn) -> SparkColumn:
+            return F.timestamp_micros(v.cast("bigint"))
     elif name in _RANGED or name.startswith("decimal"):
-        bounds = rows.agg(F.min(q(column)).cast("string"), F.max(q(column)).cast("string")).first()
+        lo, hi = F.min(col).cast("string"), F.max(col).cast("string")
 
-        def literal(v: object) -> SparkColumn:
-            return F.lit(v).cast(sql_type.spark)
+        def literal(v: SparkColumn) -> SparkColumn:
+            return v.cast(sql_type.spark)
     else:
         return None
+    exact = literal(lo).eqNullSafe(F.min(col)) & literal(hi).eqNullSafe(F.max(col))
+    bounds = rows.agg(lo, hi, exact).first()
     assert bounds is not None, "BUG: an aggregate without a row"
-    lo, hi = bounds
-    col = q(target)
-    if lo is None:
-        return col.isNull()
-    return col.isNull() | ((col >= literal(lo)) & (col <= literal(hi)))
+    low, high, ok = bounds
+    if not ok:
+        return None
+    where = q(target)
+    if low is None:
+        return where.isNull()
+    return where.isNull() | ((where >= literal(F.lit(low))) & (where <= literal(F.lit(high))))

@@ -326,7 +326,8 @@ class Aggregate(Operator):
     # --- per big epoch -------------------------------------------------------------------------
     def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
         """`apply` as Spark frames: the touched groups' partials (and value counts) are joins of the
-        touched groups with the state snapshots; min, max and count(DISTINCT) over value counts are
+        touched groups with the state snapshots (bounded by the range of the first group column:
+        `FrameIO.state_rows`); min, max and count(DISTINCT) over value counts are
         recomputed from each touched group's new value counts."""
         assert not root, "BUG: an aggregate's output reaches the MV through a projection"
         child = self.input.delta_frame(io)
@@ -348,7 +349,7 @@ class Aggregate(Operator):
                           F.sum(F.when(x.isNotNull(), w).otherwise(0)).cast("bigint").alias(f"n{i}")]
         delta = d.groupBy(*[q(g) for g in group]).agg(*parts)
         additive = delta.columns[len(group):]
-        old = semi(io.state_rows(self.partials_state, (keys, group[0]) if group else None), keys, group)
+        old = semi(io.state_rows(self.partials_state, self._near(keys)), keys, group)
         had = io.shared(_left(keys, old.withColumn("_had", F.lit(True)), group))
         new = had.where(F.col("_had")).select(*[q(g) for g in group], *additive).unionByName(delta) \
             .groupBy(*[q(g) for g in group]).agg(*[F.sum(c).cast(SqlType(ptypes[c]).spark).alias(c) for c in additive])
@@ -370,13 +371,17 @@ class Aggregate(Operator):
         return net_frame(weighted(olds.select(*self._outputs()), -1)
                          .unionByName(weighted(news.select(*self._outputs()), 1)))
 
+    def _near(self, keys: DataFrame) -> tuple[DataFrame, str, str] | None:
+        """What bounds a state lookup by the touched groups: the range of the first group column."""
+        return (keys, self.group[0], self.group[0]) if self.group else None
+
     def _value_partials(self, io: FrameIO, j: int, arg: str, d: DataFrame, keys: DataFrame) -> DataFrame:
         """Stage the value counts of `arg` and return, per touched group, the min / max / count
         distinct partials over its new value counts."""
         by = [*self.group, arg]
         changes = d.where(q(arg).isNotNull()).groupBy(*[q(c) for c in by]).agg(F.sum(W).cast("bigint").alias("_count"))
-        old = io.shared(semi(io.state_rows(self.values_state(j), (keys, self.group[0]) if self.group else None),
-                             keys, self.group))  # read once, used twice
+        # read once, used twice
+        old = io.shared(semi(io.state_rows(self.values_state(j), self._near(keys)), keys, self.group))
         new = io.shared(old.unionByName(changes).groupBy(*[q(c) for c in by])
                         .agg(F.sum("_count").cast("bigint").alias("_count")).where(F.col("_count") > 0))
         io.stage_frame(self.values_state(j), weighted(old, -1).unionByName(weighted(new, 1)))

@@ -168,7 +168,8 @@ class Join(Operator):
 
     # --- per big epoch -------------------------------------------------------------------------
     def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
-        """`apply` as Spark frames: the state lookups are joins with the sides' state snapshots."""
+        """`apply` as Spark frames: the state lookups are joins with the sides' state snapshots,
+        bounded by the range of the change's first join key (`FrameIO.state_rows`)."""
         assert not root, "BUG: a join's output reaches the MV through a projection"
         dl, dr = self.left.delta_frame(io), self.right.delta_frame(io)
         if dl is None and dr is None:
@@ -178,18 +179,18 @@ class Join(Operator):
         dl = self._side_change(io, dl, lk, self.left_state, self.join_type in ("left", "full"), self.right, padded)
         dr = self._side_change(io, dr, rk, self.right_state, self.join_type in ("right", "full"), self.left, padded)
         if self.join_type == "inner":  # each side's change looks up the other side's rows of its keys
-            parts = [self._weighted_frame(dl, weighted(io.state_rows(self.right_state, (dl, lk[0])), 1))] \
+            parts = [self._weighted_frame(dl, weighted(io.state_rows(self.right_state, (dl, lk[0], rk[0])), 1))] \
                 if dl is not None else []
             if dr is not None:
-                parts.append(self._weighted_frame(weighted(io.state_rows(self.left_state, (dr, rk[0])), 1), dr))
+                parts.append(self._weighted_frame(weighted(io.state_rows(self.left_state, (dr, rk[0], lk[0])), 1), dr))
             if dl is not None and dr is not None:
                 parts.append(self._weighted_frame(dl, dr))
             return net_frame(union_all(parts))
         touched = [d.select(*[q(k).alias(f"_k{i}") for i, k in enumerate(keys)])
                    for d, keys in ((dl, lk), (dr, rk)) if d is not None]
         keys = io.shared(union_all(touched).distinct())
-        l_old = io.shared(semi(io.state_rows(self.left_state, (keys, "_k0")), keys.toDF(*lk), lk))
-        r_old = io.shared(semi(io.state_rows(self.right_state, (keys, "_k0")), keys.toDF(*rk), rk))
+        l_old = io.shared(semi(io.state_rows(self.left_state, (keys, "_k0", lk[0])), keys.toDF(*lk), lk))
+        r_old = io.shared(semi(io.state_rows(self.right_state, (keys, "_k0", rk[0])), keys.toDF(*rk), rk))
         l_new = l_old if dl is None else apply_frame(l_old, dl)
         r_new = r_old if dr is None else apply_frame(r_old, dr)
         return net_frame(union_all([weighted(self._join_frames(l_old, r_old), -1),

@@ -112,23 +112,24 @@ class FrameIO(EpochIO):
     epoch: int = 0
     staged_frames: dict[str, DataFrame] = field(default_factory=dict)
     persisted: list[DataFrame] = field(default_factory=list)
-    ranges: dict[tuple[int, str, str, str], SparkColumn | None] = field(default_factory=dict)
+    ranges: dict[tuple[int, str, str, str], tuple[DataFrame, SparkColumn | None]] = field(default_factory=dict)
 
-    def state_rows(self, suffix: str, near: tuple[DataFrame, str] | None = None) -> DataFrame:
-        """The state table's rows `| columns |` as of `prev`; with `near = (keys, column)`, only
-        those whose leading key column lies within the range of `keys[column]` (the lookup's keys):
-        a state's base is sorted by that column, so the scans skip the row groups outside it and
-        the lookup's cost follows the change's key range, not the state's size."""
+    def state_rows(self, suffix: str, near: tuple[DataFrame, str, str] | None = None) -> DataFrame:
+        """The state table's rows `| columns |` as of `prev`; with `near = (keys, column, lead)`,
+        only those whose leading key column `lead` lies within the range of `keys[column]` (the
+        lookup's keys): a state's base is sorted by that column, so the scans skip the row groups
+        outside it and the lookup's cost follows the change's key range, not the state's size."""
         rel = self.rt.relation(state_name(self.owner, suffix))
         where = None
         if near is not None:
-            lead = rel.schema.key[0]
+            keys, by, lead = near
+            assert lead == rel.schema.key[0], f"BUG: state {rel.name} is sorted by {rel.schema.key[0]}, not {lead}"
             column = rel.schema.column(lead)
             assert column is not None, f"BUG: state {rel.name} lacks its key column {lead}"
-            memo = (id(near[0]), near[1], lead, column.type.name)
+            memo = (id(keys), by, lead, column.type.name)
             if memo not in self.ranges:  # an aggregate looks up its partials and value counts by the same keys
-                self.ranges[memo] = key_range(near[0], near[1], lead, column.type)
-            where = self.ranges[memo]
+                self.ranges[memo] = (keys, key_range(keys, by, lead, column.type))  # holds `keys`: its id stays
+            where = self.ranges[memo][1]
         rows = self.rt.snapshot(rel, self.prev, where=where)
         return rows.select(*[F.col(f"`{n}`") for n in rel.schema.names])
 
@@ -156,6 +157,7 @@ class FrameIO(EpochIO):
         for df in self.persisted:
             df.unpersist()
         self.persisted.clear()
+        self.ranges.clear()
 
 
 @dataclass
