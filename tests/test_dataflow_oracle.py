@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -214,7 +213,7 @@ def scanned_rows(spark, frame) -> int:
 
 def test_a_big_epochs_state_lookups_read_only_the_changes_key_range(session, spark, monkeypatch):
     """On the executors, an aggregate's and a join's state lookups are bounded by the range of the
-    change's keys (bigint, timestamptz and text keys; NULL keys too): over compacted states of
+    change's keys (timestamptz and text keys; NULL keys too): over compacted states of
     20,000 keys sorted in 4,096-row groups, a change of 11 keys and a NULL key scans one row group
     per state table, not the state, and every MV equals DuckDB."""
     from sparkwave.storage.state import state_relations
@@ -223,8 +222,7 @@ def test_a_big_epochs_state_lookups_read_only_the_changes_key_range(session, spa
     n = 20_000
     session.sql("CREATE TABLE t (id bigint, g bigint, tag varchar, ts timestamptz, v int, PRIMARY KEY (id))")
     session.sql("CREATE TABLE d (tag varchar, name varchar, PRIMARY KEY (tag))")
-    mvs = {"by_g": "SELECT g, count(*) AS n, max(v) AS mx FROM t GROUP BY g",
-           "by_ts": "SELECT ts, tag, sum(v) AS s FROM t GROUP BY ts, tag",
+    mvs = {"by_ts": "SELECT ts, g, count(*) AS n, max(v) AS mx FROM t GROUP BY ts, g",
            "joined": "SELECT t.id, t.v, d.name FROM t JOIN d ON t.tag = d.tag"}
     for name, sql in mvs.items():
         session.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
@@ -280,24 +278,23 @@ KEY_VALUES = {  # each type's extremes, a NULL, and values whose text is easy to
 }
 
 
-@pytest.mark.parametrize("name", list(KEY_VALUES))
-def test_a_key_range_holds_for_every_key_of_the_change(spark, name):
-    """The bound of a big epoch's state lookup keeps every value of the change (extremes, NULL,
-    non-ASCII text) and drops a value outside; floats get no bound, nor do keys of two types."""
+def test_a_key_range_holds_for_every_key_of_the_change(spark):
+    """The bound of a big epoch's state lookup keeps every value of the change (each type's
+    extremes, NULL, non-ASCII text) and drops a value outside; floats get no bound, nor do keys of
+    two types."""
     from sparkwave.core.schema import SqlType
     from sparkwave.core.zset_frames import key_range
 
-    t = SqlType(name)
-    rows = spark.sql("SELECT * FROM VALUES " + ", ".join(f"(CAST({v} AS {t.spark}))" for v in KEY_VALUES[name])
-                     + " AS v(k)")
-    where = key_range(rows, "k", "k", t)
-    assert where is not None
-    assert rows.where(where).count() == rows.count()
-    inner = rows.where("k IS NOT NULL").orderBy("k").limit(1)  # the smallest value: not in the range without it
-    rest = rows.exceptAll(inner)
-    narrowed = key_range(rest, "k", "k", t)
-    assert narrowed is not None and inner.where(narrowed).count() == 0
-    other = SqlType("int") if name == "bigint" else SqlType("bigint")
-    assert key_range(rows, "k", "k", other) is None
+    for name, values in KEY_VALUES.items():
+        t = SqlType(name)
+        rows = spark.sql("SELECT * FROM VALUES " + ", ".join(f"(CAST({v} AS {t.spark}))" for v in values) + " AS v(k)")
+        where = key_range(rows, "k", "k", t)
+        assert where is not None, name
+        assert rows.where(where).count() == rows.count(), f"{name}: the bound drops a key of the change"
+        smallest = rows.where("k IS NOT NULL").orderBy("k").limit(1)
+        narrowed = key_range(rows.exceptAll(smallest), "k", "k", t)
+        assert narrowed is not None and smallest.where(narrowed).count() == 0, f"{name}: the bound is not tight"
+        other = SqlType("int") if name == "bigint" else SqlType("bigint")
+        assert key_range(rows, "k", "k", other) is None, name
     doubles = spark.sql("SELECT * FROM VALUES (1.5D), (CAST('NaN' AS DOUBLE)) AS v(k)")
     assert key_range(doubles, "k", "k", SqlType("double")) is None
