@@ -112,7 +112,7 @@ class FrameIO(EpochIO):
     epoch: int = 0
     staged_frames: dict[str, DataFrame] = field(default_factory=dict)
     persisted: list[DataFrame] = field(default_factory=list)
-    ranges: dict[tuple[int, str, str, str], tuple[DataFrame, SparkColumn | None]] = field(default_factory=dict)
+    ranges: dict[tuple[int, str, str], tuple[DataFrame, SparkColumn | None]] = field(default_factory=dict)
 
     def state_rows(self, suffix: str, near: tuple[DataFrame, str, str] | None = None) -> DataFrame:
         """The state table's rows `| columns |` as of `prev`; with `near = (keys, column, lead)`,
@@ -126,7 +126,7 @@ class FrameIO(EpochIO):
             assert lead == rel.schema.key[0], f"BUG: state {rel.name} is sorted by {rel.schema.key[0]}, not {lead}"
             column = rel.schema.column(lead)
             assert column is not None, f"BUG: state {rel.name} lacks its key column {lead}"
-            memo = (id(keys), by, lead, column.type.name)
+            memo = (id(keys), by, lead)  # `lead` is unique in the plan: it fixes the type
             if memo not in self.ranges:  # an aggregate looks up its partials and value counts by the same keys
                 self.ranges[memo] = (keys, key_range(keys, by, lead, column.type))  # holds `keys`: its id stays
             where = self.ranges[memo][1]
