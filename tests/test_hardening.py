@@ -267,10 +267,13 @@ def test_close_stops_the_spark_it_started_and_only_that(spark, tmp_path):
 
 
 # --- item 5: reads racing retention ---------------------------------------------------------------
-def test_a_read_racing_retention_is_whole_or_fails(session, spark):
+def test_a_read_racing_retention_is_whole_or_fails(session, spark, monkeypatch):
     """A read checked retention, then listed its files: retention in between (catalog rows first)
     left it a partial listing, silently. A frame whose files retention removed before it was
-    evaluated returned the rest under `ignoreMissingFiles`."""
+    evaluated returned the rest under `ignoreMissingFiles`. A small read is whole at once (the
+    driver read it)."""
+    from sparkwave.storage import snapshot as snap
+
     s = session
     s.sql("SET retention_seconds = 0")
     s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
@@ -293,10 +296,13 @@ def test_a_read_racing_retention_is_whole_or_fails(session, spark):
         s.table("t", as_of=e2).collect()
     assert s.catalog.base_at is base_at
 
-    frame = s.table("t")
+    small = s.table("t")
+    monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
+    frame = s.table("t")  # read by Spark when evaluated
     s.sql("INSERT INTO t VALUES (5, 5)")
     s.flush()
     s.compact()  # a newer base: retention removes the files `frame` lists
+    assert sorted(tuple(r) for r in small.collect()) == [(k, k) for k in range(1, 5)]
     spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
     try:
         with pytest.raises(Exception, match="FILE_NOT_EXIST"):

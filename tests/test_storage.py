@@ -296,13 +296,15 @@ def test_upserts_after_compaction_look_up_old_rows_through_the_key_index(session
     assert sorted(os.listdir(index_dir)) == sorted(os.path.basename(f)[:-8] + ".arrow" for f in base_files)
 
 
-def test_key_index_of_a_spark_written_base_agrees_with_its_parquet_file(session):
-    """Spark sorts the base, Arrow searches the index: for negative integers and non-ASCII text the
-    lookup through the index returns exactly what the Parquet files hold (read once the indexes are
-    gone)."""
+def test_key_index_of_a_spark_or_arrow_written_base_agrees_with_its_parquet_file(session, monkeypatch):
+    """Spark (a big base) or pyarrow (a small one, compacted on the driver) sorts the base, Arrow
+    searches the index: for negative integers and non-ASCII text the lookup through the index returns
+    exactly what the Parquet files hold (read once the indexes are gone)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from sparkwave.core.chunk import vnode
+    from sparkwave.storage import snapshot as snap
     from sparkwave.storage.lookup import lookup
 
     words = ["a", "Z", "é", "日本", "ß", "", "zz", "ñandú", "Ω"]
@@ -311,20 +313,66 @@ def test_key_index_of_a_spark_written_base_agrees_with_its_parquet_file(session)
                                   "v": list(range(3000))}))
     session.insert("s", pa.table({"k": [f"{w}{n}" for n in range(300) for w in words],
                                   "v": list(range(300 * len(words)))}))
-    session.flush()
-    session.compact()
-    epoch = session.committed_epoch
-    for name, wanted in (("i", pa.array([(-1) ** n * n * 7919 for n in range(0, 3000, 7)] + [1, -2, 10**12],
-                                        pa.int64())),
-                         ("s", pa.array([f"{w}{n}" for n in range(0, 300, 3) for w in words] + ["日", "é-1"]))):
-        rel = session.catalog.relation(name)
-        keys = session.spark.createDataFrame(pa.table({"k": wanted})).select(vnode(["k"]).alias("_vnode"), "k") \
-            .toArrow().cast(pa.schema([("_vnode", pa.int16()), ("k", wanted.type)]))
-        index_dir = session.warehouse.relation_dir(name) / "index"
-        assert len(os.listdir(index_dir)) >= 1
-        through_index = lookup(session.catalog, name, rel.schema, epoch, keys)
-        shutil.rmtree(index_dir)
-        from_parquet = lookup(session.catalog, name, rel.schema, epoch, keys)
-        rows = sorted(zip(*through_index.to_pydict().values(), strict=True))
-        assert rows == sorted(zip(*from_parquet.to_pydict().values(), strict=True))
-        assert len(rows) == len(wanted) - 3 + (name == "s")  # all but the absent keys ("é-1" exists)
+    for writer in ("pyarrow", "spark"):
+        if writer == "spark":
+            monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
+            session.sql("INSERT INTO i VALUES (3, 3); INSERT INTO s VALUES ('new', 3)")
+        session.flush()
+        session.compact()
+        epoch = session.committed_epoch
+        for name, wanted in (("i", pa.array([(-1) ** n * n * 7919 for n in range(0, 3000, 7)] + [1, -2, 10**12],
+                                            pa.int64())),
+                             ("s", pa.array([f"{w}{n}" for n in range(0, 300, 3) for w in words] + ["日", "é-1"]))):
+            rel = session.catalog.relation(name)
+            keys = session.spark.createDataFrame(pa.table({"k": wanted})).select(vnode(["k"]).alias("_vnode"), "k") \
+                .toArrow().cast(pa.schema([("_vnode", pa.int16()), ("k", wanted.type)]))
+            index_dir = session.warehouse.relation_dir(name) / "index"
+            assert len(os.listdir(index_dir)) >= 1, writer
+            made_by = {pq.read_metadata(f).created_by.split()[0] for f in session.catalog.base_at(name, epoch).files}
+            assert made_by == ({"parquet-cpp-arrow"} if writer == "pyarrow" else {"parquet-mr"}), made_by
+            through_index = lookup(session.catalog, name, rel.schema, epoch, keys)
+            shutil.rmtree(index_dir)
+            from_parquet = lookup(session.catalog, name, rel.schema, epoch, keys)
+            rows = sorted(zip(*through_index.to_pydict().values(), strict=True))
+            assert rows == sorted(zip(*from_parquet.to_pydict().values(), strict=True)), writer
+            assert len(rows) == len(wanted) - 3 + (name == "s"), writer  # all but the absent keys ("é-1" exists)
+
+
+def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeypatch):
+    """A user's read of a small snapshot is evaluated on the driver in Arrow; at every epoch it equals
+    Spark's read of the same files: base and log overlaid (updates, deletes, a key written twice in
+    one epoch), NULL keys (an outer join's MV), an append-only table, each type's extremes, logs
+    written by the executors (a big epoch) and by the driver, before and after compaction."""
+    from sparkwave.storage import snapshot as snap
+
+    session.sql("CREATE TABLE t (k int, b boolean, s smallint, i bigint, r real, d double precision, "
+                "n decimal(38, 10), v text, dt date, ts timestamp, tz timestamptz, by bytea, PRIMARY KEY (k))")
+    session.sql("CREATE TABLE a (x int, y text)")  # append-only
+    session.sql("CREATE MATERIALIZED VIEW j AS SELECT t.k, t.v, a.x, a.y FROM t FULL JOIN a ON t.k = a.x")
+    session.sql("CREATE MATERIALIZED VIEW g AS SELECT v, count(*) AS c, sum(n) AS sn, max(tz) AS mt FROM t GROUP BY v")
+    extremes = ("true, -32768, -9223372036854775808, -1.5, 2.25, -9999999999999999999999999999.9999999999, "
+                "'z\u00e9\u4e2d', DATE '0001-01-01', TIMESTAMP '0001-01-01 00:00:00', "
+                "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00', '\\x00ff'::bytea")
+    plain = "false, 1, 2, 0.5, 0.25, 0.0000000001, 'a', DATE '2026-11-26', TIMESTAMP '2026-11-26 12:00:00', " \
+            "TIMESTAMPTZ '2026-11-26 12:00:00+00', NULL"
+    epochs = []
+    for i in range(4):
+        if i == 1:
+            session.sql("SET big_epoch_rows = 0")
+        if i == 2:
+            session.sql("SET big_epoch_rows = 1000000")
+            session.compact()
+        session.sql(f"INSERT INTO t VALUES ({i}, {extremes}), ({i + 10}, {plain})")
+        session.sql(f"INSERT INTO t VALUES ({i + 10}, {extremes})")  # same key, same epoch
+        session.sql(f"UPDATE t SET v = 'u{i}' WHERE k = {i - 1}")
+        session.sql(f"DELETE FROM t WHERE k = {i + 8}")
+        session.sql(f"INSERT INTO a VALUES ({i}, 'y'), ({i + 20}, NULL), ({i + 20}, 'again')")
+        epochs.append(session.flush())
+    names = ["t", "a", "j", "g"]
+    local = {(n, e): sorted(rows_of(session.table(n, as_of=e)), key=repr) for n in names for e in epochs}
+    assert all(session.rt.local_snapshot(session.catalog.relation(n), e) is not None for n in names for e in epochs)
+    monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
+    assert session.rt.local_snapshot(session.catalog.relation("t"), epochs[-1]) is None
+    for (n, e), rows in local.items():
+        assert rows == sorted(rows_of(session.table(n, as_of=e)), key=repr), (n, e)
+    assert any(r[2] is None for r in local[("j", epochs[-1])]) and len(local[("t", epochs[-1])]) == 6

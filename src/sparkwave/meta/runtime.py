@@ -93,6 +93,9 @@ class Runtime(Store):
     def plain_snapshot(self, rel: Relation, epoch: int) -> bool:
         return rel.kind != "source" and super().plain_snapshot(rel, epoch)  # a source's is read from Kafka
 
+    def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
+        return None if rel.kind == "source" else super().local_snapshot(rel, epoch)
+
     def vnode_rows(self, rel: Relation, epoch: int) -> list[int]:
         """The snapshot's rows per vnode; a source's offsets per slot."""
         if rel.kind == "source":

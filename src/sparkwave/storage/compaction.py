@@ -2,7 +2,8 @@
 
 It reads the snapshot at `c` (immutable once committed), so it runs beside the barrier loop and is
 never on an epoch's critical path. Steps, each safe to crash after:
-1. Spark writes the snapshot, sorted by (vnode, key), into `base/_staging_c<c>/`.
+1. Spark writes the snapshot, sorted by (vnode, key), into `base/_staging_c<c>/` (a small one, read
+   on the driver by `snapshot.local_snapshot`, is sorted and written there by pyarrow: no job).
 2. The files move into `base/` as `c<c>-<i>.parquet`.
 3. One Delta overwrite commit carrying `Transaction(BASE_APP_ID, c)`.
 4. The catalog records the base; only now do reads use it. Files of a crashed attempt are
@@ -15,6 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
@@ -47,7 +49,7 @@ def leading_column(rel: Relation) -> str:
     return rel.schema.key[0] if rel.kind == "state" else "_vnode"
 
 
-def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str, prefix: str, *,
+def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging_name: str, prefix: str, *,
                      sort: bool = True, cluster: bool = True, lookups: bool = True) -> tuple[list[str], list[int]]:
     """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
     folder, so that a crash leaves either no file or whole files. The files are not part of any
@@ -60,7 +62,8 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
     (1.7M rows: 0.25 s against 0.67 s by the whole key); compaction later sorts by the whole key.
     A state table's files have small row groups for point lookups, unless `lookups` is off (files
     only ever scanned whole: a chunked backfill's partials). A keyed table's sorted and clustered
-    files get a key index each (`key_index.py`), built on the executors."""
+    files get a key index each (`key_index.py`), built on the executors. Rows the driver holds (an
+    Arrow table) are sorted the same way and written by pyarrow, into one file, with no Spark job."""
     stored = rt.stored(rel)
     stored.create()
     staging = stored.base_path / staging_name
@@ -68,19 +71,23 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
     indexed = sort and cluster and rel.kind == "table" and key_index.indexable(rel.schema)
     if indexed:
         key_index.remove_stale(stored.base_path, prefix)
-    out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
-    if sort and cluster:
-        out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
-        out = out.sortWithinPartitions("_vnode", *[f"`{k}`" for k in rel.schema.key])
-    elif sort:
-        out = out.sortWithinPartitions(f"`{leading_column(rel)}`")
-    writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
-    if rel.kind == "state" and lookups:
-        # No dictionaries: within a few thousand rows they rarely pay for themselves (1.3M rows in
-        # 2,048- or 8,192-row groups: written in 0.6-1.1 s without, 1.0-1.7 s with).
-        writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS) \
-            .option("parquet.enable.dictionary", "false")
-    writer.parquet(str(staging))
+    order = ["_vnode", *rel.schema.key] if sort and cluster else [leading_column(rel)] if sort else []
+    # No dictionaries in a state's small row groups: within a few thousand rows they rarely pay for
+    # themselves (1.3M rows in 2,048- or 8,192-row groups: written in 0.6-1.1 s without, 1.0-1.7 s with).
+    lookup_groups = rel.kind == "state" and lookups
+    if isinstance(df, pa.Table):
+        _write_local(df.select(["_vnode", *rel.schema.names]), staging, order, lookup_groups)
+    else:
+        out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
+        if sort and cluster:
+            out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
+        if order:
+            out = out.sortWithinPartitions(*[f"`{k}`" for k in order])
+        writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
+        if lookup_groups:
+            writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS) \
+                .option("parquet.enable.dictionary", "false")
+        writer.parquet(str(staging))
     files, rows = [], []
     for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
         n = pq.ParquetFile(staging / name).metadata.num_rows
@@ -93,13 +100,27 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame, staging_name: str,
     shutil.rmtree(staging, ignore_errors=True)
     if indexed and files:
         try:
-            rt.spark.sparkContext.parallelize(files, len(files)).foreach(key_index.build)
+            if isinstance(df, pa.Table):
+                key_index.build(files[0])
+            else:
+                rt.spark.sparkContext.parallelize(files, len(files)).foreach(key_index.build)
         except Exception:  # an index is a cache: lookups read the Parquet files without it
             log.exception("key indexes of %s's base were not built; its lookups read the base files", rel.name)
     return files, rows
 
 
-def write_base(rt: Store, rel: Relation, df: DataFrame, epoch: int, *, crash_name: str = "mid_compaction",
+def _write_local(rows: pa.Table, staging: os.PathLike[str], order: list[str], lookup_groups: bool) -> None:
+    """Spark's sort (NULLs first, strings by their bytes) and file layout, by pyarrow."""
+    os.makedirs(staging)
+    if rows.num_rows == 0:
+        return
+    if order:
+        rows = rows.sort_by([(k, "ascending", "at_start") for k in order])
+    pq.write_table(rows, os.path.join(staging, "part-00000.parquet"), use_dictionary=not lookup_groups,
+                   row_group_size=STATE_ROW_GROUP_ROWS if lookup_groups else None)
+
+
+def write_base(rt: Store, rel: Relation, df: DataFrame | pa.Table, epoch: int, *, crash_name: str = "mid_compaction",
                record: bool = True) -> BaseFiles:
     """Write `df` (`| _vnode | columns |`) as `rel`'s base as of `epoch`. With `record`, the catalog
     records it; otherwise the caller records it in its own transaction (a new MV's)."""
@@ -121,5 +142,6 @@ def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     n_epochs, _ = rt.catalog.log_rows_since(rel.name, since)
     if n_epochs == 0 or (base and base.epoch == epoch):
         return False
-    write_base(rt, rel, rt.snapshot(rel, epoch), epoch)
+    rows = rt.local_snapshot(rel, epoch)
+    write_base(rt, rel, rt.snapshot(rel, epoch) if rows is None else rows, epoch)
     return True

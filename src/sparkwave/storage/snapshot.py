@@ -2,11 +2,16 @@
 
 State as of `e` = the newest base with compaction epoch `c <= e`, overlaid with the log rows of
 `(c, e]` where the last op per key wins. Files are read by Spark's native Parquet reader; which
-files hold which epoch comes from the catalog, so no Delta log is scanned on the read path."""
+files hold which epoch comes from the catalog, so no Delta log is scanned on the read path. A small
+snapshot can be read on the driver instead (`local_snapshot`): the same overlay in Arrow, with no
+Spark job."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
@@ -16,7 +21,10 @@ from pyspark.sql import functions as F
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import VNODES, Op
 from sparkwave.core.schema import Schema
-from sparkwave.storage.table import base_spark_ddl, log_spark_ddl
+from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
+
+# Past this many bytes of Parquet a snapshot is read by Spark: the driver holds what it reads.
+LOCAL_SNAPSHOT_BYTES = 1 << 20
 
 
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:
@@ -61,6 +69,41 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     kept = state.join(keys, cond, "left_anti")
     live = latest.where(F.col("_op").isin(int(Op.INSERT), int(Op.UPDATE_INSERT))).select(*cols)
     return kept.select(*cols).unionByName(live)
+
+
+def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> pa.Table | None:
+    """`snapshot`'s rows, read with pyarrow on the driver; None when its files hold more than
+    `LOCAL_SNAPSHOT_BYTES`, or when a key column is a float (Spark's key equality folds NaNs and -0.0, Arrow's
+    grouping does not). A file that retention removed meanwhile raises `FileNotFoundError`."""
+    if any(pa.types.is_floating(c.type.arrow) for c in schema.columns if c.name in schema.key):
+        return None
+    base = catalog.base_at(name, epoch)
+    base_files = base.files if base else []
+    log_files = [p for _, p in catalog.log_files(name, base.epoch if base else 0, epoch)]
+    if sum(os.path.getsize(f) for f in [*base_files, *log_files]) > LOCAL_SNAPSHOT_BYTES:
+        return None
+    target = base_arrow_schema(schema)
+    state = _read(base_files, target)
+    if not log_files:
+        return state
+    log = _read(log_files, log_arrow_schema(schema))
+    if schema.append_only:
+        return pa.concat_tables([state, log.filter(pc.equal(log["_op"], int(Op.INSERT))).select(target.names)])
+    # The last write to a key wins: the base's rows count as its first writes, the log's follow in
+    # (epoch, seq) order; a key's row is the one at its greatest position, if that write is live.
+    log = log.sort_by([("_epoch", "ascending"), ("_seq", "ascending")]).select(["_op", *target.names])
+    writes = pa.concat_tables([state.add_column(0, "_op", pa.array(np.full(state.num_rows, int(Op.INSERT), np.int8))),
+                               log])
+    writes = writes.append_column("_at", pa.array(np.arange(writes.num_rows, dtype=np.int64)))
+    last = writes.group_by(list(schema.key), use_threads=False).aggregate([("_at", "max")])["_at_max"]
+    rows = writes.take(np.sort(last.to_numpy()))
+    live = pc.is_in(rows["_op"], pa.array([int(Op.INSERT), int(Op.UPDATE_INSERT)], pa.int8()))
+    return rows.filter(live).select(target.names)
+
+
+def _read(files: list[str], target: pa.Schema) -> pa.Table:
+    tables = [pq.read_table(f, columns=target.names).select(target.names).cast(target) for f in files]
+    return pa.concat_tables(tables) if tables else target.empty_table()
 
 
 def is_plain(catalog: Catalog, name: str, schema: Schema, epoch: int) -> bool:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import threading
 
+import pyarrow as pa
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.errors import CatalogError, NotRetainedError
+from sparkwave.core.local_frames import local_frame
+from sparkwave.core.schema import Schema
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.table import StoredTable
 from sparkwave.storage.warehouse import Warehouse
@@ -76,4 +79,22 @@ class Store:
         return snap.is_plain(self.catalog, rel.name, rel.schema, epoch)
 
     def visible(self, rel: Relation, epoch: int) -> DataFrame:
-        return self.snapshot(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])
+        """The visible columns of `rel` as of a committed epoch: a user's read. A small snapshot is read
+        on the driver now (`snapshot.local_snapshot`) and handed to Spark as a local relation, so a
+        query over it plans no file scan and, if it only projects and filters, runs no Spark job."""
+        visible = Schema(tuple(rel.schema.visible), ())
+        rows = self.local_snapshot(rel, epoch)
+        if rows is not None:
+            return local_frame(self.spark, rows.select(visible.names), visible.spark_ddl())
+        return self.snapshot(rel, epoch).select(*[F.col(f"`{n}`") for n in visible.names])
+
+    def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
+        """`snapshot(rel, epoch)`'s rows read on the driver, if small (`snapshot.local_snapshot`)."""
+        self.check_retained(rel, epoch)
+        try:
+            rows = snap.local_snapshot(self.catalog, rel.name, rel.schema, epoch)
+        except FileNotFoundError:  # retention removed a file after the listing: the epoch is gone
+            self.check_retained(rel, epoch)
+            raise
+        self.check_retained(rel, epoch)
+        return rows
