@@ -141,7 +141,8 @@ def _window(fn: exp.Anonymous, alias: str) -> exp.Expression:
         size, slide = _seconds(fn.expressions[2]), _seconds(fn.expressions[2])
     else:
         slide, size = _seconds(fn.expressions[2]), _seconds(fn.expressions[3])
-    start = f"(floor(epoch_us(_t.{time}) / {slide * 10**6})::BIGINT - _hop.k) * {slide * 10**6}"
+    # A double's quotient: `/` between integers truncates toward zero here (`connect`), not down.
+    start = f"(floor(epoch_us(_t.{time})::DOUBLE / {slide * 10**6})::BIGINT - _hop.k) * {slide * 10**6}"
     sql = (f"(SELECT _t.*, make_timestamp({start}) AS window_start, "
            f"make_timestamp({start} + {size * 10**6}) AS window_end "
            f"FROM {table} AS _t, range(0, {size // slide}) AS _hop(k) WHERE _t.{time} IS NOT NULL) AS {alias}")

@@ -340,34 +340,44 @@ def test_key_index_of_a_spark_or_arrow_written_base_agrees_with_its_parquet_file
 
 def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeypatch):
     """A user's read of a small snapshot is evaluated on the driver in Arrow; at every epoch it equals
-    Spark's read of the same files: base and log overlaid (updates, deletes, a key written twice in
-    one epoch), NULL keys (an outer join's MV), an append-only table, each type's extremes, logs
-    written by the executors (a big epoch) and by the driver, before and after compaction."""
+    Spark's read of the same files: base and log overlaid (updates, deletes, a key inserted and
+    updated in one epoch), NULL keys (an outer join's MV), an append-only table, each type's
+    extremes, columns named like the overlay's own, logs written by the executors (a big epoch) and
+    by the driver, bases written by Spark and by pyarrow. Float keys, and files that decode to more
+    than the driver should hold, are read by Spark."""
+    import pyarrow as pa
+
     from sparkwave.storage import snapshot as snap
 
     session.sql("CREATE TABLE t (k int, b boolean, s smallint, i bigint, r real, d double precision, "
-                "n decimal(38, 10), v text, dt date, ts timestamp, tz timestamptz, by bytea, PRIMARY KEY (k))")
+                "n decimal(38, 10), v text, dt date, ts timestamp, tz timestamptz, by bytea, _at int, "
+                "PRIMARY KEY (k))")
     session.sql("CREATE TABLE a (x int, y text)")  # append-only
     session.sql("CREATE MATERIALIZED VIEW j AS SELECT t.k, t.v, a.x, a.y FROM t FULL JOIN a ON t.k = a.x")
     session.sql("CREATE MATERIALIZED VIEW g AS SELECT v, count(*) AS c, sum(n) AS sn, max(tz) AS mt FROM t GROUP BY v")
     extremes = ("true, -32768, -9223372036854775808, -1.5, 2.25, -9999999999999999999999999999.9999999999, "
                 "'z\u00e9\u4e2d', DATE '0001-01-01', TIMESTAMP '0001-01-01 00:00:00', "
-                "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00', '\\x00ff'::bytea")
+                "TIMESTAMPTZ '9999-12-31 23:59:59.999999+00', '\\x00ff'::bytea, 7")
     plain = "false, 1, 2, 0.5, 0.25, 0.0000000001, 'a', DATE '2026-11-26', TIMESTAMP '2026-11-26 12:00:00', " \
-            "TIMESTAMPTZ '2026-11-26 12:00:00+00', NULL"
+            "TIMESTAMPTZ '2026-11-26 12:00:00+00', NULL, NULL"
     epochs = []
     for i in range(4):
         if i == 1:
             session.sql("SET big_epoch_rows = 0")
         if i == 2:
             session.sql("SET big_epoch_rows = 1000000")
+            monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)  # bases written by Spark
             session.compact()
+            monkeypatch.undo()
         session.sql(f"INSERT INTO t VALUES ({i}, {extremes}), ({i + 10}, {plain})")
-        session.sql(f"INSERT INTO t VALUES ({i + 10}, {extremes})")  # same key, same epoch
+        session.sql(f"INSERT INTO t VALUES ({i + 10}, {extremes})")  # the same key again, the same epoch
         session.sql(f"UPDATE t SET v = 'u{i}' WHERE k = {i - 1}")
         session.sql(f"DELETE FROM t WHERE k = {i + 8}")
         session.sql(f"INSERT INTO a VALUES ({i}, 'y'), ({i + 20}, NULL), ({i + 20}, 'again')")
         epochs.append(session.flush())
+    session.compact()  # bases written by pyarrow, read with the last epoch's logs
+    session.sql("INSERT INTO t VALUES (20, " + plain + "); DELETE FROM t WHERE k = 1")
+    epochs.append(session.flush())
     names = ["t", "a", "j", "g"]
     local = {(n, e): sorted(rows_of(session.table(n, as_of=e)), key=repr) for n in names for e in epochs}
     assert all(session.rt.local_snapshot(session.catalog.relation(n), e) is not None for n in names for e in epochs)
@@ -376,3 +386,14 @@ def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeyp
     for (n, e), rows in local.items():
         assert rows == sorted(rows_of(session.table(n, as_of=e)), key=repr), (n, e)
     assert any(r[2] is None for r in local[("j", epochs[-1])]) and len(local[("t", epochs[-1])]) == 6
+    monkeypatch.undo()
+
+    session.sql("CREATE TABLE f (k double precision, v int, PRIMARY KEY (k)); CREATE TABLE w (k int, s text, "
+                "PRIMARY KEY (k))")
+    session.sql("INSERT INTO f VALUES (1.5, 1)")
+    session.insert("w", pa.table({"k": list(range(20_000)), "s": ["x" * 2_000] * 20_000}))
+    e = session.flush()
+    assert os.path.getsize(session.catalog.log_files("w", 0, e)[0][1]) < snap.LOCAL_SNAPSHOT_BYTES  # 40 MB decoded
+    assert session.rt.local_snapshot(session.catalog.relation("w"), e) is None
+    assert session.rt.local_snapshot(session.catalog.relation("f"), e) is None
+    assert session.table("w").count() == 20_000 and rows_of(session.table("f")) == [(1.5, 1)]

@@ -23,8 +23,10 @@ from sparkwave.core.chunk import VNODES, Op
 from sparkwave.core.schema import Schema
 from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
 
-# Past this many bytes of Parquet a snapshot is read by Spark: the driver holds what it reads.
+# Past this many bytes of Parquet, or of Arrow once decoded (repeated values compress well), a
+# snapshot is read by Spark: the driver holds what it reads, a few times over while overlaying it.
 LOCAL_SNAPSHOT_BYTES = 1 << 20
+LOCAL_SNAPSHOT_MEMORY = 32 << 20
 
 
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:
@@ -73,8 +75,9 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
 
 def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> pa.Table | None:
     """`snapshot`'s rows, read with pyarrow on the driver; None when its files hold more than
-    `LOCAL_SNAPSHOT_BYTES`, or when a key column is a float (Spark's key equality folds NaNs and -0.0, Arrow's
-    grouping does not). A file that retention removed meanwhile raises `FileNotFoundError`."""
+    `LOCAL_SNAPSHOT_BYTES` (or decode to more than `LOCAL_SNAPSHOT_MEMORY`), or when a key column is
+    a float (Spark's key equality folds NaNs and -0.0, Arrow's grouping does not). A file that
+    retention removed meanwhile raises `FileNotFoundError`."""
     if any(pa.types.is_floating(c.type.arrow) for c in schema.columns if c.name in schema.key):
         return None
     base = catalog.base_at(name, epoch)
@@ -82,11 +85,13 @@ def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> p
     log_files = [p for _, p in catalog.log_files(name, base.epoch if base else 0, epoch)]
     if sum(os.path.getsize(f) for f in [*base_files, *log_files]) > LOCAL_SNAPSHOT_BYTES:
         return None
-    target = base_arrow_schema(schema)
-    state = _read(base_files, target)
+    target, log_target = base_arrow_schema(schema), log_arrow_schema(schema)
+    budget = [LOCAL_SNAPSHOT_MEMORY]
+    state, log = _read(base_files, target, budget), _read(log_files, log_target, budget)
+    if state is None or log is None:
+        return None
     if not log_files:
         return state
-    log = _read(log_files, log_arrow_schema(schema))
     if schema.append_only:
         return pa.concat_tables([state, log.filter(pc.equal(log["_op"], int(Op.INSERT))).select(target.names)])
     # The last write to a key wins: the base's rows count as its first writes, the log's follow in
@@ -94,16 +99,28 @@ def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> p
     log = log.sort_by([("_epoch", "ascending"), ("_seq", "ascending")]).select(["_op", *target.names])
     writes = pa.concat_tables([state.add_column(0, "_op", pa.array(np.full(state.num_rows, int(Op.INSERT), np.int8))),
                                log])
-    writes = writes.append_column("_at", pa.array(np.arange(writes.num_rows, dtype=np.int64)))
-    last = writes.group_by(list(schema.key), use_threads=False).aggregate([("_at", "max")])["_at_max"]
+    names = [f"k{i}" for i in range(len(schema.key))]  # not the relation's own names: any may be a user's
+    positions = pa.Table.from_arrays([*[writes[k] for k in schema.key], pa.array(np.arange(writes.num_rows))],
+                                     names=[*names, "at"])
+    last = positions.group_by(names, use_threads=False).aggregate([("at", "max")])["at_max"]
     rows = writes.take(np.sort(last.to_numpy()))
     live = pc.is_in(rows["_op"], pa.array([int(Op.INSERT), int(Op.UPDATE_INSERT)], pa.int8()))
     return rows.filter(live).select(target.names)
 
 
-def _read(files: list[str], target: pa.Schema) -> pa.Table:
-    tables = [pq.read_table(f, columns=target.names).select(target.names).cast(target) for f in files]
-    return pa.concat_tables(tables) if tables else target.empty_table()
+def _read(files: list[str], target: pa.Schema, budget: list[int]) -> pa.Table | None:
+    """The files' rows as `target`, read a row group at a time; None once they pass `budget[0]`
+    bytes of Arrow (what is left of it stays in `budget`)."""
+    parts = []
+    for f in files:
+        parquet = pq.ParquetFile(f)
+        for g in range(parquet.num_row_groups):
+            part = parquet.read_row_group(g, columns=target.names)
+            budget[0] -= part.nbytes
+            if budget[0] < 0:
+                return None
+            parts.append(part.select(target.names).cast(target))
+    return pa.concat_tables(parts) if parts else target.empty_table()
 
 
 def is_plain(catalog: Catalog, name: str, schema: Schema, epoch: int) -> bool:

@@ -91,10 +91,15 @@ class Store:
     def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
         """`snapshot(rel, epoch)`'s rows read on the driver, if small (`snapshot.local_snapshot`)."""
         self.check_retained(rel, epoch)
-        try:
-            rows = snap.local_snapshot(self.catalog, rel.name, rel.schema, epoch)
-        except FileNotFoundError:  # retention removed a file after the listing: the epoch is gone
-            self.check_retained(rel, epoch)
-            raise
+        for attempt in range(2):
+            try:
+                rows = snap.local_snapshot(self.catalog, rel.name, rel.schema, epoch)
+                break
+            except FileNotFoundError:
+                # Retention removed a file after the listing: either the epoch is gone, or a newer
+                # base covers it now (compaction, then retention of the old base): list it again.
+                self.check_retained(rel, epoch)
+                if attempt:
+                    raise
         self.check_retained(rel, epoch)
         return rows
