@@ -1,18 +1,21 @@
 """Storage: the cost of an epoch of 1k changed random keys into a 10M-row table and MV against the same
 into 100k-row ones (target ratio <= 1.5 for the table's upsert step and the MV's step) and against a
 copy-on-write delta-rs MERGE of the same change; the snapshot read of the 10M-row MV with 100
-uncompacted epochs against right after compaction; and compaction's own cost."""
+uncompacted epochs against right after compaction; and compaction's own cost. `--small`: reads and
+compactions of small snapshots on the driver against the same through Spark."""
 
 from __future__ import annotations
 
 import os
 import random
+import sys
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 import sparkwave
 from bench.common import fresh_dir, median, report, spark, timed
+from sparkwave.storage import snapshot as snap
 
 CHANGED = 1000
 SMALL, LARGE = 100_000, int(os.environ.get("SPARKWAVE_BENCH_LARGE", 10_000_000))
@@ -102,5 +105,53 @@ def main() -> str:
     return report("Storage: epoch cost by table size, MERGE, snapshot reads, compaction", lines)
 
 
+def small_reads(rows: tuple[int, ...] = (100, 2_000, 20_000), rounds: int = 5) -> str:
+    """A user's read of a small keyed table (`s.table(...)` to Arrow, with 10 uncompacted epochs of
+    updates over its base, and right after compaction), and its compaction (of one more epoch), on
+    the driver (pyarrow) and through Spark (`LOCAL_SNAPSHOT_BYTES = 0`), alternating in one process;
+    medians."""
+    lines = ["| rows | read with overlay: driver (ms) | Spark (ms) | Spark / driver | read of a base alone: driver "
+             "(ms) | Spark (ms) | Spark / driver | compaction: driver (ms) | Spark (ms) | Spark / driver |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    limit = snap.LOCAL_SNAPSHOT_BYTES
+    for n in rows:
+        with sparkwave.connect(fresh_dir(f"storage-small-{n}"), spark=spark(), barrier_interval_ms=3_600_000) as s:
+            s.sql("CREATE TABLE t (k bigint, v bigint, p varchar, PRIMARY KEY (k)); SET compaction_epochs = 1000000")
+            s.insert("t", pa.table({"k": list(range(n)), "v": list(range(n)), "p": [f"p{i % 100}" for i in range(n)]}))
+            s.flush()
+            s.compact()
+            rnd = random.Random(n)
+            for i in range(10):
+                keys = rnd.sample(range(n), n // 10)
+                s.insert("t", pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([i] * len(keys), pa.int64()),
+                                        "p": pa.array([f"u{i}"] * len(keys))}))
+                s.flush()
+            times: dict[str, list[float]] = {}
+
+            def reads(label: str, times: dict[str, list[float]] = times) -> None:
+                for r in range(rounds + 1):  # the first round warms both ways up
+                    for way, cap in (("driver", limit), ("spark", 0)):
+                        snap.LOCAL_SNAPSHOT_BYTES = cap
+                        t = timed(lambda: s.table("t").toArrow())
+                        if r:
+                            times.setdefault(f"{label}{way}", []).append(t * 1000)
+            reads("")
+            for r in range(rounds + 1):
+                for way, cap in (("driver", limit), ("spark", 0)):
+                    snap.LOCAL_SNAPSHOT_BYTES = cap
+                    s.sql(f"INSERT INTO t VALUES (0, {r}, '{way}')")
+                    s.flush()
+                    c = timed(lambda: s.compact("t"))
+                    if r:
+                        times.setdefault(f"c_{way}", []).append(c * 1000)
+            reads("p_")  # right after compaction: the base alone, no overlay
+            snap.LOCAL_SNAPSHOT_BYTES = limit
+            d, k, pd, pk, cd, ck = (median(times[w]) for w in ("driver", "spark", "p_driver", "p_spark", "c_driver",
+                                                                  "c_spark"))
+            lines.append(f"| {n:,} | {d:.0f} | {k:.0f} | **{k / d:.1f}x** | {pd:.0f} | {pk:.0f} | **{pk / pd:.1f}x** | "
+                         f"{cd:.0f} | {ck:.0f} | **{ck / cd:.1f}x** |")
+    return report("Small snapshots on the driver: reads and compaction", lines)
+
+
 if __name__ == "__main__":
-    main()
+    small_reads() if "--small" in sys.argv else main()

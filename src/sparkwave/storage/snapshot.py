@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import VNODES, Op
+from sparkwave.core.local_frames import LOCAL_ROWS
 from sparkwave.core.schema import Schema
 from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
 
@@ -75,9 +76,10 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
 
 def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> pa.Table | None:
     """`snapshot`'s rows, read with pyarrow on the driver; None when its files hold more than
-    `LOCAL_SNAPSHOT_BYTES` (or decode to more than `LOCAL_SNAPSHOT_MEMORY`), or when a key column is
-    a float (Spark's key equality folds NaNs and -0.0, Arrow's grouping does not). A file that
-    retention removed meanwhile raises `FileNotFoundError`."""
+    `LOCAL_SNAPSHOT_BYTES` (or decode to more than `LOCAL_SNAPSHOT_MEMORY`), when it needs no overlay
+    and its base has more than `LOCAL_ROWS` rows (Spark's plain scan is as fast: bench/RESULTS.md),
+    or when a key column is a float (Spark's key equality folds NaNs and -0.0, Arrow's grouping does
+    not). A file that retention removed meanwhile raises `FileNotFoundError`."""
     if any(pa.types.is_floating(c.type.arrow) for c in schema.columns if c.name in schema.key):
         return None
     base = catalog.base_at(name, epoch)
@@ -85,6 +87,8 @@ def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> p
     log_files = [p for _, p in catalog.log_files(name, base.epoch if base else 0, epoch)]
     if sum(os.path.getsize(f) for f in [*base_files, *log_files]) > LOCAL_SNAPSHOT_BYTES:
         return None
+    if base and base.rows > LOCAL_ROWS and (schema.append_only or not log_files):
+        return None  # no overlay to compute: Spark's plain scan beats a local relation of that many rows
     target, log_target = base_arrow_schema(schema), log_arrow_schema(schema)
     budget = [LOCAL_SNAPSHOT_MEMORY]
     state, log = _read(base_files, target, budget), _read(log_files, log_target, budget)
