@@ -270,8 +270,9 @@ def test_close_stops_the_spark_it_started_and_only_that(spark, tmp_path):
 def test_a_read_racing_retention_is_whole_or_fails(session, spark, monkeypatch):
     """A read checked retention, then listed its files: retention in between (catalog rows first)
     left it a partial listing, silently. A frame whose files retention removed before it was
-    evaluated returned the rest under `ignoreMissingFiles`. A small read is whole at once (the
-    driver read it)."""
+    evaluated returned the rest under `ignoreMissingFiles`. A small read (on the driver) that finds
+    a listed file removed because a newer base covers its epoch lists the files again; once read,
+    it is whole."""
     from sparkwave.storage import snapshot as snap
 
     s = session
@@ -296,20 +297,33 @@ def test_a_read_racing_retention_is_whole_or_fails(session, spark, monkeypatch):
         s.table("t", as_of=e2).collect()
     assert s.catalog.base_at is base_at
 
+    s.sql("INSERT INTO t VALUES (4, 40)")
+    e3 = s.flush()
+
+    def replaced_after_listing(name, epoch):  # the listed base is compacted over and removed
+        s.catalog.base_at = base_at
+        listed = base_at(name, epoch)
+        s.compact("t")  # at e3: the epoch stays retained, its rows now in a newer base
+        return listed
+
+    s.catalog.base_at = replaced_after_listing
+    assert sorted(rows_of(s.table("t", as_of=e3))) == [(1, 1), (2, 2), (3, 3), (4, 40)]  # listed again
+    assert s.catalog.base_at is base_at and s.catalog.base_at("t", e3).epoch == e3
+
     small = s.table("t")
     monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
     frame = s.table("t")  # read by Spark when evaluated
     s.sql("INSERT INTO t VALUES (5, 5)")
     s.flush()
     s.compact()  # a newer base: retention removes the files `frame` lists
-    assert sorted(tuple(r) for r in small.collect()) == [(k, k) for k in range(1, 5)]
+    assert sorted(tuple(r) for r in small.collect()) == [(1, 1), (2, 2), (3, 3), (4, 40)]
     spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
     try:
         with pytest.raises(Exception, match="FILE_NOT_EXIST"):
             frame.collect()
     finally:
         spark.conf.unset("spark.sql.files.ignoreMissingFiles")
-    assert sorted(tuple(r) for r in s.table("t").collect()) == [(k, k) for k in range(1, 6)]
+    assert sorted(tuple(r) for r in s.table("t").collect()) == [(1, 1), (2, 2), (3, 3), (4, 40), (5, 5)]
 
 
 # --- item 7: bounded epochs, and a warehouse whose next epoch keeps failing ------------------------
