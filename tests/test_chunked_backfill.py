@@ -30,8 +30,11 @@ MVS = {  # name: (query, driving upstream, merges)
     "nested": ("SELECT n, count(*) AS groups FROM (SELECT g, count(*) AS n FROM f GROUP BY g) x GROUP BY n",
                "f", True),
     "fj": ("SELECT f.id, dim.g FROM f FULL JOIN dim ON f.g = dim.g", None, False),
+    "shared": ("SELECT a.g, a.n FROM (SELECT g, v, count(*) AS n FROM f GROUP BY g, v) a JOIN "
+               "(SELECT max(c.n) AS mx, c.g FROM (SELECT count(*) AS n, g FROM f GROUP BY v, g) c GROUP BY c.g) m "
+               "ON a.g = m.g AND a.n >= m.mx", "f", True),  # one aggregate planned for both (`Share`)
 }
-TWINS = ("agg", "joined", "self")  # also built in one chunk: their state tables must be the same
+TWINS = ("agg", "joined", "self", "shared")  # also built in one chunk: their state tables must be the same
 
 
 def _batch(rnd: random.Random) -> list[tuple]:

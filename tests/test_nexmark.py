@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sparkwave
 from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
+from sparkwave.stream.plan import from_json
 from tests.oracle import connect, duckdb_sql, multiset, rows_of
 
 # 10 ms of event time per event: a few 10-second windows per run, many auctions with bids
@@ -37,6 +38,9 @@ def test_nexmark_queries_equal_duckdb_created_before_and_mid_stream(spark, tmp_p
         for _ in range(2):
             check(s, s.flush(), early)
         assert all(s.table(q).count() > 0 for q in ("q0", "q3", "q4", "q5", "q7", "q8", "q9"))
+        # q5 spells its count per (auction, window) twice: planned once, shared by both join sides
+        ops = from_json(s.catalog.relation("q5").definition["dataflow"]).walk()
+        assert [o.op for o in ops].count("share") == 1 and [o.op for o in ops].count("agg") == 2
 
         s.sql("SET background_ddl = true; SET backfill_chunk_rows = 2000")  # a few chunks each
         for q, sql in QUERIES.items():

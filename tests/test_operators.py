@@ -10,17 +10,22 @@ accumulated so far: the incremental invariant the MVs rely on."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.stream.aggregate import Agg, Aggregate
 from sparkwave.stream.join import Join, JoinType
+from sparkwave.stream.operator import EpochIO
 from sparkwave.stream.over import SIDE, OverWindow
 from sparkwave.stream.plan import from_json, state_purpose, state_schemas
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan, Window
+from sparkwave.stream.share import Share
+from sparkwave.stream.values import Values
 from tests.chunks import MemoryStates, Row, W, add, as_counter, zset
 
 WF = pa.field(W, pa.int64())
@@ -594,3 +599,81 @@ def test_window_recomputes_only_the_touched_partitions() -> None:
         + 3 2 5 2
         + 4 2 30 1""")
     assert states.contents("w2") == Counter({(1, 1, 10): 1, (2, 1, 20): 1, (3, 2, 5): 1, (4, 2, 30): 1})
+
+
+# --- common subplans -----------------------------------------------------------------------------
+def _counts(base: int, group: list[str], predicate: str | None = None, fn: str = "count_star") -> Aggregate:
+    """`SELECT <group>, count(*) FROM t [WHERE predicate] GROUP BY <group>` with ids from `base`."""
+    child = Scan(base, [(f"c{base}_g", "int"), (f"c{base}_d", "int"), (f"c{base}_id", "int")], [f"c{base}_id"],
+                 relation="t", exprs=[(f"c{base}_g", "`g`"), (f"c{base}_d", "`d`"), (f"c{base}_id", "`id`")],
+                 predicate=predicate and predicate.replace("X", f"c{base}_d"))
+    cols = [(f"c{base}_{g}", "int") for g in group]
+    arg = None if fn == "count_star" else f"c{base}_d"
+    return Aggregate(base + 1, [*cols, (f"c{base}_n", "bigint")], [n for n, _ in cols], input=child,
+                     group=[n for n, _ in cols], aggs=[Agg(fn, arg, f"c{base}_n", "bigint")])
+
+
+def _self_join(left: Aggregate, right: Aggregate) -> Join:
+    def on(agg: Aggregate) -> list[str]:
+        return [g for g in agg.group if g.endswith("_g")]
+
+    return Join(99, left.columns + right.columns, left.key + right.key, left=left, right=right, join_type="inner",
+                left_keys=on(left), right_keys=on(right))
+
+
+def test_a_subplan_spelled_twice_is_planned_once_and_shared() -> None:
+    """q5's shape: the same count with its groups in another order feeds both sides of a join. The
+    pass keeps the first under a share and reads the second's columns from it through a rename; the
+    stored plan decodes to one shared object, with one aggregate and its one state table."""
+    ids = iter(range(100, 110))
+    join = _self_join(_counts(1, ["g", "d"]), _counts(10, ["d", "g"]))
+    share_common_subplans(join, ids)
+    assert isinstance(join.left, Share) and isinstance(join.right, Project)
+    assert join.right.input is join.left and join.right.is_rename
+    assert join.right.exprs == [("c10_d", "`c1_d`"), ("c10_g", "`c1_g`"), ("c10_n", "`c1_n`")]
+    assert join.right.columns == [("c10_d", "int"), ("c10_g", "int"), ("c10_n", "bigint")]  # as its parent reads them
+
+    stored = from_json(join.to_json())
+    assert isinstance(stored, Join) and isinstance(stored.right, Project) and stored.right.input is stored.left
+    assert [type(n).__name__ for n in stored.walk()] == ["Scan", "Aggregate", "Share", "Project", "Join"]
+    assert set(state_schemas(stored)) == {"a2", "j99l", "j99r"}
+    assert stored.to_json() == join.to_json()
+
+
+@pytest.mark.parametrize("right", [
+    _counts(10, ["d", "g"], predicate="X > 1"),  # another predicate
+    _counts(10, ["d", "g"], fn="max"),  # another aggregate
+    _counts(10, ["g"]),  # other groups
+])
+def test_subplans_that_differ_are_not_shared(right: Aggregate) -> None:
+    join = _self_join(_counts(1, ["g", "d"]), right)
+    share_common_subplans(join, iter(range(100, 110)))
+    assert join.left.op == join.right.op == "agg"
+    assert not any(isinstance(n, Share) for n in join.walk())
+
+
+@dataclass(kw_only=True)
+class _Fixed(Values):
+    """A leaf whose change is `change` in every epoch, counting its evaluations."""
+
+    change: pa.Table
+    calls: list[EpochIO] = field(default_factory=list)
+
+    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table:
+        self.calls.append(io)
+        return self.change
+
+
+def test_a_shared_change_is_evaluated_once_per_epoch() -> None:
+    """Both parents of a share get the same change; its input (say an aggregate, which stages its
+    state) is evaluated once per epoch."""
+    cols = [("c1_g", "int"), ("c1_n", "bigint")]
+    leaf = _Fixed(1, cols, ["c1_g"], rows=[], change=zset("+ 1 2", pa.schema([*[pa.field(n, pa.int64() if t == "bigint"
+                                                                                          else pa.int32())
+                                                                                 for n, t in cols], WF])))
+    share = Share(2, cols, ["c1_g"], input=leaf)
+    epoch = EpochIO(rt=None, inputs={})  # type: ignore[arg-type]  # no Spark, no state: neither is read
+    assert share.delta(epoch) is leaf.change and share.delta(epoch) is leaf.change
+    assert leaf.calls == [epoch]
+    later = EpochIO(rt=None, inputs={})  # type: ignore[arg-type]
+    assert share.delta(later) is leaf.change and leaf.calls == [epoch, later]

@@ -36,6 +36,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
+from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.frontend.postgres import spark_ddl, to_spark
 from sparkwave.frontend.rewrite import output_name, rewrite
 from sparkwave.frontend.shape import check_shape
@@ -145,6 +146,7 @@ class Planner:
         # Scans and projections of append-only inputs only ever insert: the MV is append-only too.
         append_only = node.stateless and self.append_only(node)
         node.prune(set(node.names))  # scans read, and join sides store, only the columns the query uses
+        share_common_subplans(node, self._ids)
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------

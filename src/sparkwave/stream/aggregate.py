@@ -72,6 +72,7 @@ def sum_type(arg_type: str) -> str:
 class Aggregate(Operator):
     op = "agg"
     keeps_state = True
+    output_persisted = True  # its partials
 
     input: Operator
     group: list[str]  # the output's first columns and its key

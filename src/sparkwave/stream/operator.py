@@ -1,6 +1,7 @@
 """The operator base class, and what operators read and write through.
 
-An MV is a tree of operators (the closed set is in `stream/plan.py`). Every operator produces a
+An MV is a tree of operators (the closed set is in `stream/plan.py`; a shared one, `stream/share.py`,
+makes it a DAG). Every operator produces a
 **Z-set**: rows with a weight `_w` (+1 inserted, -1 retracted), so an update is a retraction of the
 old row and an insertion of the new one. Columns have internal names unique within the plan
 (`c<n>_<name>`); `key` names the columns that identify a row of the operator's output.
@@ -48,6 +49,14 @@ def references(*sql: str | None) -> set[str]:
     return {name for text in sql if text for name in _REFERENCE.findall(text)}
 
 
+def renamed(sql: str, names: dict[str, str]) -> str | None:
+    """A Spark SQL expression with its internal columns renamed by `names`; None if it refers to one
+    that `names` lacks."""
+    if not references(sql) <= names.keys():
+        return None
+    return _REFERENCE.sub(lambda m: f"`{names[m.group(1)]}`", sql)
+
+
 class States(Protocol):
     """An MV's state tables in one epoch (`storage/state.py: StateIO`; tests use an in-memory one)."""
 
@@ -70,6 +79,7 @@ class EpochIO:
     inputs: dict[str, list[str]]
     state: States | None = None
     changes: dict[str, DataFrame] = field(default_factory=dict)  # `held_log` frames, by upstream
+    shares: dict[int, pa.Table | None] = field(default_factory=dict)  # a shared operator's change, by id
 
     @property
     def spark(self) -> SparkSession:
@@ -113,6 +123,7 @@ class FrameIO(EpochIO):
     staged_frames: dict[str, DataFrame] = field(default_factory=dict)
     persisted: list[DataFrame] = field(default_factory=list)
     ranges: dict[tuple[int, str, str], tuple[DataFrame, SparkColumn | None]] = field(default_factory=dict)
+    shared_frames: dict[int, DataFrame | None] = field(default_factory=dict)  # a shared operator's change, by id
 
     def state_rows(self, suffix: str, near: tuple[DataFrame, str, str] | None = None) -> DataFrame:
         """The state table's rows `| columns |` as of `prev`; with `near = (keys, column, lead)`,
@@ -158,6 +169,7 @@ class FrameIO(EpochIO):
             df.unpersist()
         self.persisted.clear()
         self.ranges.clear()
+        self.shared_frames.clear()
 
 
 @dataclass
@@ -194,12 +206,20 @@ class SnapshotIO:
         return self.persisted[-1]
 
     def once(self, op: Operator) -> DataFrame:
-        """`op`'s output for more than one use: persisted (evaluated once), unless it is a stateless
-        subtree over plain snapshots, which Spark reads again for less than caching costs (q7's
-        1.7M-row bid side: a CREATE 6.1 -> 4.1 s)."""
+        """`op`'s output for more than one use: persisted (evaluated once), unless Spark computes it
+        again for less than caching costs: projections over plain snapshots, read again (q7's 1.7M-row
+        bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose partials are persisted (q5's
+        7.3M-row join side and max input are not cached a second and third time)."""
         rows = op.batch(self)
-        plain = op.stateless and all(self.rt.plain_snapshot(self.rt.relation(u), self.epoch) for u in op.upstreams())
-        return rows if plain else self.shared(rows)
+        below = op
+        while len(below.inputs) == 1 and not below.keeps_state:  # projections, a share
+            below = below.inputs[0]
+        if below.keeps_state:
+            again = below.output_persisted
+        else:
+            again = not below.inputs and all(self.rt.plain_snapshot(self.rt.relation(u), self.epoch)
+                                             for u in below.upstreams())
+        return rows if again else self.shared(rows)
 
     def release(self) -> None:
         for df in self.persisted:
@@ -245,6 +265,7 @@ class Operator(ABC):
 
     op: ClassVar[str]  # its name in the catalog's JSON
     keeps_state: ClassVar[bool] = False
+    output_persisted: ClassVar[bool] = False  # `batch` is a projection of a frame it persisted
 
     @property
     def inputs(self) -> list[Operator]:
@@ -264,12 +285,17 @@ class Operator(ABC):
         return ", ".join(f"`{n}` {SqlType(t).spark}" for n, t in self.columns)
 
     def walk(self) -> list[Operator]:
-        """This operator and every operator below it, inputs first."""
-        out: list[Operator] = []
+        """This operator and every operator below it, inputs first, each once (a shared operator,
+        `stream/share.py`, is below more than one parent)."""
+        out: dict[int, Operator] = {}
+        self._walk(out)
+        return list(out.values())
+
+    def _walk(self, into: dict[int, Operator]) -> None:
         for i in self.inputs:
-            out.extend(i.walk())
-        out.append(self)
-        return out
+            if i.id not in into:
+                i._walk(into)
+        into[self.id] = self
 
     @property
     def stateless(self) -> bool:

@@ -11,13 +11,16 @@ and the state tables of a tree.
 - `Values` (`stream/values.py`): constant rows, evaluated once.
 - `OverWindow` (`stream/over.py`): window functions (`... OVER (PARTITION BY ... ORDER BY ...)`),
   with a state table of its input's rows arranged by partition.
+- `Share` (`stream/share.py`): one operator read by several parents (a subplan the query spells
+  twice), evaluated once per epoch and per build.
 
 The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`); `Dataflow`
 (`stream/dataflow.py`) drives a tree per epoch and from a snapshot.
 
 Stored JSON, per operator (warehouses keep it, so it does not change):
 `{"id", "op", "columns": [[name, type]...], "key", "inputs": [...]}` plus the operator's own fields,
-`op` being "scan" | "project" | "join" | "agg" | "over" | "values"."""
+`op` being "scan" | "project" | "join" | "agg" | "over" | "values" | "share". A share's input is
+stored under each of its parents."""
 
 from __future__ import annotations
 
@@ -31,18 +34,26 @@ from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
+from sparkwave.stream.share import Share
 from sparkwave.stream.values import Values
 
-OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow, Values)}
+OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow, Values,
+                                                                Share)}
 
 
-def from_json(d: dict[str, Any]) -> Operator:
-    """The operator tree stored as `d`."""
+def from_json(d: dict[str, Any], shares: dict[int, Operator] | None = None) -> Operator:
+    """The operator tree stored as `d`; each share (by id) decoded once, as one object under all its parents."""
+    shares = {} if shares is None else shares
     cls = OPERATORS.get(d["op"])
     if cls is None:
         raise CatalogError(f"a stored plan has operator {d['op']!r}, which this version of sparkwave does not know; "
                            f"known: {', '.join(OPERATORS)}")
-    return cls.from_json(d, [from_json(i) for i in d.get("inputs", [])])
+    if cls is Share and d["id"] in shares:
+        return shares[d["id"]]
+    op = cls.from_json(d, [from_json(i, shares) for i in d.get("inputs", [])])
+    if cls is Share:
+        shares[d["id"]] = op
+    return op
 
 
 def state_schemas(root: Operator) -> dict[str, Schema]:
