@@ -33,8 +33,13 @@ MVS = {  # name: (query, driving upstream, merges)
     "shared": ("SELECT a.g, a.n FROM (SELECT g, v, count(*) AS n FROM f GROUP BY g, v) a JOIN "
                "(SELECT max(c.n) AS mx, c.g FROM (SELECT count(*) AS n, g FROM f GROUP BY v, g) c GROUP BY c.g) m "
                "ON a.g = m.g AND a.n >= m.mx", "f", True),  # one aggregate planned for both (`Share`)
+    # a shared aggregate below the driving path's aggregate (a side the first chunk hands on) and above it
+    "shared_side": ("SELECT t.g, t.n, s2.c FROM (SELECT f.g, count(*) AS n FROM f JOIN "
+                    "(SELECT g, count(*) AS c FROM dim GROUP BY g) s ON f.g = s.g GROUP BY f.g) t "
+                    "JOIN (SELECT g, count(*) AS c FROM dim GROUP BY g) s2 ON t.g = s2.g", "f", True),
 }
-TWINS = ("agg", "joined", "self", "shared")  # also built in one chunk: their state tables must be the same
+# also built in one chunk: their state tables must be the same
+TWINS = ("agg", "joined", "self", "shared", "shared_side")
 
 
 def _batch(rnd: random.Random) -> list[tuple]:

@@ -640,6 +640,17 @@ def test_a_subplan_spelled_twice_is_planned_once_and_shared() -> None:
     assert stored.to_json() == join.to_json()
 
 
+def test_a_third_copy_reads_the_same_share() -> None:
+    pair = _self_join(_counts(1, ["g", "d"]), _counts(10, ["d", "g"]))
+    third = _counts(20, ["g", "d"])
+    top = Join(98, pair.columns + third.columns, pair.key + third.key, left=pair, right=third, join_type="inner",
+               left_keys=["c1_g"], right_keys=["c20_g"])
+    share_common_subplans(top, iter(range(100, 110)))
+    shares = [n for n in top.walk() if isinstance(n, Share)]
+    assert len(shares) == 1 and isinstance(top.right, Project) and top.right.input is shares[0]
+    assert [n.op for n in top.walk()].count("agg") == 1
+
+
 @pytest.mark.parametrize("right", [
     _counts(10, ["d", "g"], predicate="X > 1"),  # another predicate
     _counts(10, ["d", "g"], fn="max"),  # another aggregate

@@ -4,9 +4,10 @@ Nexmark q5 counts bids per (auction, HOP window) in two subqueries, once per sid
 as written, the MV would evaluate the same aggregate twice per epoch and keep two identical state
 tables (7.3M rows each for 1.5M bids), and its backfill would build both. After pruning, this pass
 finds two subplans that compute the same rows (the same scans, windows, predicates, expressions and
-groups, whatever their internal column names and group order), keeps the first under a `Share`
-(`stream/share.py`) and puts a renaming projection of the same share in place of the second, so
-its parents read the columns they were planned with.
+groups, whatever their internal column names and group order), keeps the one whose columns include
+the other's under a `Share` (`stream/share.py`) and puts a renaming projection of the same share in
+place of the other, so that its parents read the columns they were planned with. A third copy
+reads the same share.
 
 Only subplans of scans, projections and aggregates with an aggregate among them are shared: the
 aggregate is what keeps state and costs a shuffle; a scan with projections alone is cheaper to read
@@ -27,11 +28,13 @@ Names = dict[str, str]  # a column of the second subplan -> the first's column h
 
 
 def share_common_subplans(root: Operator, ids: Iterator[int]) -> None:
-    """Share every pair of subplans under `root` that compute the same rows (new operator ids from `ids`)."""
+    """Share the subplans under `root` that compute the same rows (new operator ids from `ids`)."""
     while (found := _next_pair(root)) is not None:
         first, second, names = found
-        share = Share(next(ids), list(first.columns), list(first.key), input=first)
-        _replace(root, first, share)
+        share = next((s for s in root.walk() if isinstance(s, Share) and s.input is first), None)
+        if share is None:  # else a third copy: read from the same share
+            share = Share(next(ids), list(first.columns), list(first.key), input=first)
+            _replace(root, first, share)
         rename = Project(next(ids), list(second.columns), list(second.key), input=share,
                          exprs=[(n, f"`{names[n]}`") for n in second.names])
         _replace(root, second, rename)

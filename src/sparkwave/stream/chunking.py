@@ -11,7 +11,8 @@ driving row, so that the chunks' outputs add up to the whole:
   NULL-pads its missing rows from this one) is evaluated once, in the first chunk, whose state
   files hand it to the later chunks;
 - the lowest aggregate above adds up its chunks' partials (`Aggregate.merge_partials`) in a last
-  merge chunk, which evaluates everything above the aggregate.
+  merge chunk, which evaluates everything above the aggregate. A shared subplan (`Share`) that the
+  chunks evaluated below it may be read above it too: the merge writes none of its state again.
 
 A tree with no such scan (say, a FULL join under every path) backfills in one chunk. Of the
 candidates, the scan of the largest upstream drives (on a tie, one with no aggregate above it, whose
@@ -57,7 +58,7 @@ def chunk_plan(root: Operator, rows: dict[str, int]) -> ChunkPlan | None:
 
 
 def _scans(op: Operator, path: list[Operator]) -> list[tuple[Scan, list[Operator]]]:
-    """Every scan with its ancestors, the nearest last."""
+    """Every scan with its ancestors, the nearest last (a shared scan once per path to it)."""
     if isinstance(op, Scan):
         return [(op, path)]
     return [found for child in op.inputs for found in _scans(child, [*path, op])]

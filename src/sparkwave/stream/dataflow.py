@@ -141,7 +141,11 @@ class Dataflow:
 
         values = [read(agg.values_state(j)) for j in range(len(agg.value_args()))]
         io.outputs[agg.id] = agg.merge_partials(io, read(agg.partials_state), values)
-        return self._tables(io, self.root.batch(io))
+        root = self.root.batch(io)
+        for op in agg.input.walk():  # the chunks wrote these: a shared one (`Share`) is also read above
+            for suffix in op.state_tables():
+                io.state_rows.pop(suffix, None)
+        return self._tables(io, root)
 
     @property
     def _state_schemas(self) -> dict[str, Schema]:

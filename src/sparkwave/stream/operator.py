@@ -181,7 +181,8 @@ class SnapshotIO:
     A chunk of a backfill reads only the rows of `vnodes`: of every scan in a stateless tree, of the
     `driving` scan alone in a stateful one (`stream/chunking.py`). A chunk may be handed a join
     side's rows (`sides`, by the side's state suffix) or an operator's whole output (`outputs`, by
-    operator id) computed before, instead of evaluating that subtree again."""
+    operator id: an aggregate's from merged partials, a share's first evaluation) computed before,
+    instead of evaluating that subtree again."""
 
     rt: Store
     epoch: int
@@ -207,8 +208,8 @@ class SnapshotIO:
 
     def once(self, op: Operator) -> DataFrame:
         """`op`'s output for more than one use: persisted (evaluated once), unless Spark computes it
-        again for less than caching costs: projections over plain snapshots, read again (q7's 1.7M-row
-        bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose partials are persisted (q5's
+        again for less than caching costs: projections (and shares) over plain snapshots or constant
+        rows, read again (q7's 1.7M-row bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose partials are persisted (q5's
         7.3M-row join side and max input are not cached a second and third time)."""
         rows = op.batch(self)
         below = op
@@ -265,7 +266,7 @@ class Operator(ABC):
 
     op: ClassVar[str]  # its name in the catalog's JSON
     keeps_state: ClassVar[bool] = False
-    output_persisted: ClassVar[bool] = False  # `batch` is a projection of a frame it persisted
+    output_persisted: ClassVar[bool] = False  # `batch` is cheap over a frame it persisted (its partials)
 
     @property
     def inputs(self) -> list[Operator]:
