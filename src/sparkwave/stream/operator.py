@@ -209,8 +209,8 @@ class SnapshotIO:
     def once(self, op: Operator) -> DataFrame:
         """`op`'s output for more than one use: persisted (evaluated once), unless Spark computes it
         again for less than caching costs: projections (and shares) over plain snapshots or constant
-        rows, read again (q7's 1.7M-row bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose partials are persisted (q5's
-        7.3M-row join side and max input are not cached a second and third time)."""
+        rows, read again (q7's 1.7M-row bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose
+        partials are persisted (q5's 7.3M-row join side and max input are not cached twice more)."""
         rows = op.batch(self)
         below = op
         while len(below.inputs) == 1 and not below.keeps_state:  # projections, a share
