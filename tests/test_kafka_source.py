@@ -5,15 +5,20 @@ an exact epoch. Every MV equals DuckDB over exactly the messages its epoch cover
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyspark.sql.datasource import InputPartition
 
 import sparkwave
+from sparkwave.connectors.kafka import Kafka
+from sparkwave.connectors.kafka_reader import BACKGROUND_NICE, ReadSpec, _Reader
 from sparkwave.core.errors import CatalogError, SqlError
 from tests.kafka_util import (
     EV_COLS,
@@ -153,3 +158,31 @@ def test_show_jobs_gives_a_source_backfill_s_progress_per_partition(session, kaf
     session.wait()
     (up,) = next(j for j in session.jobs() if j.name == "per_partition").upstreams
     assert up.offsets == (("0", 200, 200), ("1", 200, 200))
+
+
+def _read_in_a_child(spec: ReadSpec, n: int, out: Any) -> None:
+    """A Spark worker's read of partition 0's offsets [0, n), in a process of its own: its rows and
+    the process's niceness after it."""
+    rows = sum(b.num_rows for b in _Reader(spec, [[0, 0, n]]).read(InputPartition((0, 0, n))))
+    out.put((rows, os.nice(0)))
+
+
+def test_a_creating_jobs_reads_yield_the_cpu_to_the_pipelines(session, kafka):
+    """A creating job's Kafka reads (a source backfill: decoding the history is most of its work)
+    run in workers of lower CPU priority, so that on cores the pipeline also needs, the OS runs the
+    pipeline's first (p99 impact: bench/RESULTS.md). The pipeline's own reads keep theirs."""
+    topic = Topic(kafka.bootstrap, 1)
+    produce_events(topic, 0, 30)
+    session.sql(source_sql(topic, 100))
+    rel = session.catalog.relation("ev")
+    pipeline, job = session.rt.connector(rel), session.rt._reader(rel)
+    assert isinstance(pipeline, Kafka) and isinstance(job, Kafka)
+    ctx = multiprocessing.get_context("spawn")  # not a fork of a process running a JVM bridge
+    mine = os.nice(0)
+    for spec, niceness in ((pipeline.spec, mine), (job.spec, max(mine, BACKGROUND_NICE))):
+        out = ctx.Queue()
+        child = ctx.Process(target=_read_in_a_child, args=(spec, 30, out))
+        child.start()
+        assert out.get(timeout=120) == (30, niceness)
+        child.join()
+    assert os.nice(0) == mine

@@ -34,6 +34,11 @@ class Connector:
         """Release what the connector holds (a client of an outside system)."""
         return None
 
+    def in_background(self) -> Connector:
+        """This connector, made for a creating job's reads, which must not slow the pipeline's
+        (default: as is)."""
+        return self
+
     def option(self, key: str, default: str | None = None) -> str | None:
         return self.options.get(key, default)
 

@@ -15,6 +15,7 @@ on) and says why in `status`, until it is back."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -117,6 +118,10 @@ class Kafka(Connector):
         self._retry_at = 0.0
         self._failures = 0
         self._consumer: Any = None
+
+    def in_background(self) -> Kafka:
+        self.spec = dataclasses.replace(self.spec, background=True)
+        return self
 
     # --- the broker, from the driver ------------------------------------------------------------
     def _client(self) -> Any:

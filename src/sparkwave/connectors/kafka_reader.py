@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ BATCH_ROWS = 8192
 RAW_KEPT = 2000  # characters of a bad record's payload kept in the error table
 IDLE_CHECK_S = 2.0  # no message for this long: ask the broker whether the range still exists
 READ_TIMEOUT_S = 60.0  # ... and give up (the epoch fails and is replayed) after this long
+BACKGROUND_NICE = 10  # a creating job's read workers' niceness (`background`)
 UPSERT, KEY_DELETE = 4, 5  # core/chunk.py's intents; append-only tables log every row as an insert
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class ReadSpec:
     roles: dict[str, str]  # column -> 'row_id' | 'partition' | 'offset' | 'timestamp' | 'key'
     key: list[str]  # the primary key (upsert format)
     upsert: bool
+    background: bool = False  # a creating job's read: its worker yields the CPU to the pipeline's
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -76,8 +79,20 @@ class _Reader(DataSourceReader):
         return [InputPartition(tuple(r)) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.spec.background:
+            background()
         p, start, end = partition.value
         yield from read_range(self.spec, p, start, end)
+
+
+def background() -> None:
+    """Lower this Python worker's CPU priority to `BACKGROUND_NICE`: decoding a backfill's history
+    is most of its work, and on a machine whose cores the pipeline also needs, the OS then runs the
+    pipeline's processes first. A worker that Spark reuses keeps the priority (it cannot be raised
+    again), which matters only while something else competes for the CPU."""
+    now = os.nice(0)
+    if now < BACKGROUND_NICE:
+        os.nice(BACKGROUND_NICE - now)
 
 
 def consumer_config(bootstrap: str, properties: dict[str, str]) -> dict[str, Any]:

@@ -50,10 +50,11 @@ class Runtime(Store):
 
     def _reader(self, rel: Relation) -> Connector:
         """A connector of its own for a creating job's reads: they go through Spark, not the cached
-        connector's client, which only the barrier loop's thread uses (and may replace)."""
+        connector's client, which only the barrier loop's thread uses (and may replace), and they
+        yield the CPU to the pipeline's."""
         options = rel.definition.get("connector")
         assert options, f"BUG: source {rel.name!r} has no connector"
-        return make_connector(rel.name, rel.schema, options)
+        return make_connector(rel.name, rel.schema, options).in_background()
 
     def source_status(self, name: str) -> str | None:
         """Why a relation's connector is not advancing, as the barrier loop last found; read without
