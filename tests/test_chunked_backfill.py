@@ -97,7 +97,9 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
     rels = {r.name: r for r in s.catalog.relations()}
     for name, (_, driving, merges) in MVS.items():
         job = next(j for j in s.jobs() if j.name == name)
-        plan = chunk_plan(Dataflow(s.rt, rels[name]).root, {"f": 700, "dim": 7})
+        root = Dataflow(s.rt, rels[name]).root
+        assert any(o.op == "share" for o in root.walk()) == name.startswith("shared"), name
+        plan = chunk_plan(root, {"f": 700, "dim": 7})
         assert (plan.driving.relation if plan else None) == driving, name
         assert job.rows_done == job.rows_total, (name, job.rows_done, job.rows_total)
         chunks = s.catalog.job_chunks(job.id)

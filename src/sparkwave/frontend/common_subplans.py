@@ -76,12 +76,12 @@ def _match(a: Operator, b: Operator) -> Names | None:
     if isinstance(a, Scan) and isinstance(b, Scan):
         if (a.relation, a.window) != (b.relation, b.window):
             return None
-        names = _columns(a, a.exprs, b, b.exprs, None)
+        names = _columns(a.exprs, b.exprs, None)
     elif isinstance(a, Project) and isinstance(b, Project):
         inner = _match(a.input, b.input)
         if inner is None or not _same_predicate(a.predicate, b.predicate, inner):
             return None
-        names = _columns(a, a.exprs, b, b.exprs, inner)
+        names = _columns(a.exprs, b.exprs, inner)
     elif isinstance(a, Aggregate) and isinstance(b, Aggregate):
         inner = _match(a.input, b.input)
         if inner is None or (a.scalar, a.append_only) != (b.scalar, b.append_only) \
@@ -103,8 +103,7 @@ def _match(a: Operator, b: Operator) -> Names | None:
     return names
 
 
-def _columns(a: Operator, a_exprs: list[tuple[str, str]], b: Operator, b_exprs: list[tuple[str, str]],
-             inner: Names | None) -> Names | None:
+def _columns(a_exprs: list[tuple[str, str]], b_exprs: list[tuple[str, str]], inner: Names | None) -> Names | None:
     """Each of `b`'s expressions' column in `a`: one with the same expression (over the inputs'
     matching columns, `inner`; a scan's are over the upstream's own columns)."""
     by_expr: dict[str, str] = {}
