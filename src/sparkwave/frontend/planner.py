@@ -36,6 +36,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
+from sparkwave.core.spark import empty_frame
 from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.frontend.postgres import spark_ddl, to_spark
 from sparkwave.frontend.rewrite import output_name, rewrite
@@ -618,7 +619,7 @@ class Planner:
         both are numeric."""
         if not (SqlType(a).is_numeric and SqlType(b).is_numeric):
             return None
-        df = self.spark.createDataFrame([], spark_ddl([("a", a), ("b", b)]))
+        df = empty_frame(self.spark, spark_ddl([("a", a), ("b", b)]))
         return from_spark(df.selectExpr("coalesce(a, b) AS c").schema.fields[0].dataType).name
 
     def cast_keys(self, node: Operator, keys: list[str], casts: dict[int, str]) -> tuple[Operator, list[str]]:
@@ -914,7 +915,7 @@ class Planner:
     def types(self, child: Operator, exprs: list[tuple[str, str]], predicate: str | None,
               extra: list[tuple[str, str]] | None = None) -> dict[str, str]:
         try:
-            df = self.spark.createDataFrame([], spark_ddl(child.columns + (extra or [])))
+            df = empty_frame(self.spark, spark_ddl(child.columns + (extra or [])))
             if predicate:
                 df = df.where(predicate)
             df = df.selectExpr(*[f"{e} AS `{n}`" for n, e in exprs])

@@ -48,6 +48,7 @@ from sqlglot.dialects.postgres import Postgres
 
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import SqlType, to_spark_type
+from sparkwave.core.spark import empty_frame
 from sparkwave.frontend.pg_functions import NODES, translate
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
@@ -94,7 +95,7 @@ class _Types:
     """Spark's type of an expression over the columns (an empty frame, made on first use)."""
 
     def __init__(self, spark: SparkSession, columns: list[tuple[str, str]]) -> None:
-        self._make = lambda: spark.createDataFrame([], spark_ddl(columns))
+        self._make = lambda: empty_frame(spark, spark_ddl(columns))
         self._frame: DataFrame | None = None
         self._columns = dict(columns)
 

@@ -18,6 +18,7 @@ from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.chunk import Op, vnode, with_vnode
 from sparkwave.core.local_frames import to_arrow
 from sparkwave.core.offsets import merged, slot_counts, slot_ranges
+from sparkwave.core.spark import empty_frame
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.store import Store
 from sparkwave.storage.table import log_rows
@@ -84,7 +85,7 @@ class Runtime(Store):
         ranges = slot_ranges(self._source_snapshot(rel, epoch), vnodes)
         conn = self._reader(rel)
         if not ranges:
-            return self.spark.createDataFrame([], "_vnode smallint, " + rel.schema.spark_ddl())
+            return empty_frame(self.spark, "_vnode smallint, " + rel.schema.spark_ddl())
         rows = conn.read(self.spark, ranges)
         if conn.has_bad_records:  # set aside when the main graph read them
             rows = rows.where(f"{ERROR} IS NULL")

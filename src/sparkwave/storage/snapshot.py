@@ -22,6 +22,7 @@ from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import VNODES, Op
 from sparkwave.core.local_frames import LOCAL_ROWS
 from sparkwave.core.schema import Schema
+from sparkwave.core.spark import empty_frame
 from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
 
 # Past this many bytes of Parquet, or of Arrow once decoded (repeated values compress well), a
@@ -32,7 +33,7 @@ LOCAL_SNAPSHOT_MEMORY = 32 << 20
 
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:
     if not paths:
-        return spark.createDataFrame([], ddl)
+        return empty_frame(spark, ddl)
     # A file that retention removed before the frame is evaluated fails the read, whatever the
     # session's `spark.sql.files.ignoreMissingFiles` says: a snapshot is whole or an error.
     return spark.read.schema(ddl).option("ignoreMissingFiles", "false").parquet(*paths)
