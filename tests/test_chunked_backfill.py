@@ -2,11 +2,14 @@
 upstream's snapshot a vnode range at a time, at most `backfill_chunk_rows` rows per chunk, writes
 its state tables per chunk (an aggregate's partials added up by a last merge chunk), and equals
 DuckDB's evaluation at every epoch it is readable at, while DML keeps changing the inputs; its
-state tables equal those of the same MV built in one chunk."""
+state tables equal those of the same MV built in one chunk, on the driver (a snapshot no bigger
+than `big_epoch_rows`) and by Spark."""
 
 from __future__ import annotations
 
 import random
+
+import pyarrow.parquet as pq
 
 from sparkwave.core.chunk import VNODES
 from sparkwave.stream.chunking import chunk_plan
@@ -85,7 +88,13 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
     s.sql(f"SET background_ddl = true; SET backfill_chunk_rows = {CHUNK_ROWS}")
     for name, (sql, _, _) in MVS.items():
         s.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-    s.sql("SET backfill_chunk_rows = 10000000")  # the same snapshot (no epoch in between), one chunk each
+    # The same snapshot (no epoch in between), one chunk each: by Spark in one pass (in the
+    # foreground, so that each is built before the setting changes), then on the driver, as one
+    # epoch of inserts from empty state.
+    s.sql("SET backfill_chunk_rows = 10000000; SET background_ddl = false; SET big_epoch_rows = 0")
+    for name in TWINS:
+        s.sql(f"CREATE MATERIALIZED VIEW {name}_spark AS {MVS[name][0]}")
+    s.sql("SET big_epoch_rows = 1000000")
     for name in TWINS:
         s.sql(f"CREATE MATERIALIZED VIEW {name}_one AS {MVS[name][0]}")
     for _ in range(3):  # the pipeline goes on while the jobs backfill
@@ -126,16 +135,20 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
                 want = multiset(then.rows(name))
                 assert got == want, f"{name} at {epoch}: extra {got - want}, missing {want - got}"
 
-    for name in TWINS:  # every state table, as of the common snapshot, as the single pass builds it
+    for name in TWINS:  # the MV and every state table, as of the common snapshot, as each single pass builds it
         job = next(j for j in s.jobs() if j.name == name)
         snapshot = s.catalog.job(job.id).snapshot_epoch
-        assert snapshot == s.catalog.job(next(j for j in s.jobs() if j.name == f"{name}_one").id).snapshot_epoch
-        states = [r for r in s.catalog.relations(internal=True) if r.name.startswith(f"{name}.")]
-        assert states, name
-        for state in states:
-            twin = s.catalog.relation(state.name.replace(f"{name}.", f"{name}_one.", 1))
-            got, want = (multiset(rows_of(s.rt.snapshot(r, snapshot).drop("_vnode"))) for r in (state, twin))
-            assert got == want, f"{state.name} at {snapshot}: extra {got - want}, missing {want - got}"
+        tables = [r for r in s.catalog.relations(internal=True) if r.name == name or r.name.startswith(f"{name}.")]
+        assert len(tables) > 1, name
+        for twin_of, writer in ((f"{name}_one", "parquet-cpp-arrow"), (f"{name}_spark", "parquet-mr")):
+            assert snapshot == s.catalog.job(next(j for j in s.jobs() if j.name == twin_of).id).snapshot_epoch
+            base = s.catalog.base_at(twin_of, snapshot)
+            files = base.files if base else []
+            assert files and {pq.ParquetFile(f).metadata.created_by.split(" ")[0] for f in files} == {writer}, twin_of
+            for table in tables:
+                twin = s.catalog.relation(twin_of + table.name.removeprefix(name))
+                got, want = (multiset(rows_of(s.rt.snapshot(r, snapshot).drop("_vnode"))) for r in (table, twin))
+                assert got == want, f"{twin.name} at {snapshot}: extra {want - got}, missing {got - want}"
 
     # the chunks' partials are gone once added up; every state file left is in a base
     for name in MVS:

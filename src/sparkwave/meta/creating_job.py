@@ -42,13 +42,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.util import inheritable_thread_target
@@ -194,6 +195,8 @@ class CreatingJob:
             plan = None  # fits in one chunk: the single pass, with no merge
         if plan is None and not flow.root.stateless:
             hi, rows = VNODES, sum(sum(c[lo:]) for c in per_upstream.values())
+        if plan is None and flow.builds_locally and rows <= self._epoch_rows():
+            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s))  # no bigger than an epoch
         if plan is None:
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(
                 s, (lo, hi) if flow.root.stateless else None), skip=flow.root.stateless and not rows)
@@ -203,6 +206,12 @@ class CreatingJob:
         sides = {} if lo == 0 else {x: chunks[0].files[state_name(rel.name, x)] for x in chunked.handed}
         return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_chunk(s, chunked, (lo, hi), sides))
 
+    def _epoch_rows(self) -> int:
+        """`big_epoch_rows`: a stateful snapshot no bigger is built on the driver, as one epoch would be."""
+        from sparkwave.meta.settings import Settings  # which imports `Strategy` from here
+
+        return Settings(self.rt.catalog).big_epoch_rows
+
     @staticmethod
     def _merges(plan: ChunkPlan | None, chunks: dict[int, Chunk]) -> bool:
         """Whether the snapshot ends with a merge chunk: the tree was chunked (its first chunk did not
@@ -211,7 +220,7 @@ class CreatingJob:
         return plan is not None and plan.merges and first is not None and first.hi < VNODES
 
     def _chunk(self, job: JobRow, rel: Relation, flow: Dataflow, lo: int, hi: int, rows: int,
-               build: Callable[[], dict[str, DataFrame]], *, skip: bool = False) -> Step:
+               build: Callable[[], Mapping[str, DataFrame | pa.Table]], *, skip: bool = False) -> Step:
         """One chunk: recorded in flight, its tables built and written as files (concurrently), then
         recorded done with them (a crash in between re-reads only this chunk)."""
         s = job.snapshot_epoch
@@ -224,10 +233,11 @@ class CreatingJob:
             if self.chunk_hook:
                 self.chunk_hook(lo, hi)
             @inheritable_thread_target(self.rt.spark)  # the job's pool and job group: a cancel stops the writes
-            def write(i: int, name: str, df: DataFrame) -> list[str]:
+            def write(i: int, name: str, df: DataFrame | pa.Table) -> list[str]:
                 t = self.rt.relation(name.removesuffix(PARTIAL))
                 whole = name.endswith(PARTIAL)  # read whole by the merge: neither sorted nor indexed
-                return write_base_files(self.rt, t, self._share(df), f"_backfill_{lo}_t{i}", f"s{s}-v{lo:03d}-t{i}-",
+                rows = df if isinstance(df, pa.Table) else self._share(df)
+                return write_base_files(self.rt, t, rows, f"_backfill_{lo}_t{i}", f"s{s}-v{lo:03d}-t{i}-",
                                         sort=not (flow.root.stateless or whole), cluster=False, lookups=not whole)[0]
 
             try:  # the tables are written concurrently, so that their Spark jobs' fixed costs overlap

@@ -92,12 +92,12 @@ class EpochIO:
 
     def log(self, relation: str) -> DataFrame | None:
         """The upstream's log rows `| _epoch | _seq | _op | _vnode | columns |`, None if it did not change."""
-        paths = self.inputs.get(relation)
-        if not paths:
-            return None
         held = self.changes.get(relation)
         if held is not None:
             return held
+        paths = self.inputs.get(relation)
+        if not paths:
+            return None
         return read_parquet(self.spark, log_spark_ddl(self.rt.relation(relation).schema), paths)
 
 
