@@ -42,6 +42,7 @@ from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.materialize import Materialize
 from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, FrameIO, SnapshotIO, collect
 from sparkwave.stream.plan import from_json, state_schemas
+from sparkwave.stream.values import Values
 
 
 class Dataflow:
@@ -113,15 +114,18 @@ class Dataflow:
 
     @property
     def builds_locally(self) -> bool:
-        """Whether `build_local` can build the tree: a stateful one without a scalar aggregate, whose
-        row over nothing only a snapshot build makes (per epoch, the row exists already)."""
-        return not self.root.stateless and not any(isinstance(o, Aggregate) and o.scalar for o in self.root.walk())
+        """Whether `build_local` can build the tree: a stateful one whose rows all come from its
+        upstreams' rows. Not one with a scalar aggregate (its row over nothing) or constant rows
+        (`VALUES`): only a snapshot build makes those; per epoch they are in the state already."""
+        return not self.root.stateless and not any(
+            isinstance(o, Values) or (isinstance(o, Aggregate) and o.scalar) for o in self.root.walk())
 
     def build_local(self, epoch: int) -> dict[str, pa.Table]:
-        """`build` on the driver, for a snapshot small enough for one epoch's change (`big_epoch_rows`):
-        the upstreams' snapshots at `epoch` as one epoch of inserts through the per-epoch path (`delta`,
-        in Arrow) from empty state. Spark only reads the snapshots (a small backfill's cost was the
-        fixed costs of a dozen Spark jobs). Every table as `| _vnode | columns |`."""
+        """`build` on the driver, for snapshots no bigger than one epoch's change (`big_epoch_rows`;
+        like an epoch's, the rows a join or window expands them to are held too): the upstreams'
+        snapshots at `epoch` as one epoch of inserts through the per-epoch path (`delta`: joins and
+        aggregates in Arrow) from empty state. No Spark build: a small backfill's cost was the fixed
+        costs of its dozen Spark jobs. Every table as `| _vnode | columns |`."""
         insert = [F.lit(epoch).cast("bigint").alias("_epoch"), F.lit(0).cast("bigint").alias("_seq"),
                   F.lit(int(Op.INSERT)).cast("tinyint").alias("_op")]
         changes = {u: self.rt.snapshot(self.rt.relation(u), epoch).select(*insert, "*") for u in self.rel.upstreams}
