@@ -59,5 +59,21 @@ class StateIO:
         rows = rows.append_column("_vnode", pa.array([0] * rows.num_rows, pa.int16()))
         out = log_rows(consolidate(rows, list(rel.schema.key), rel.schema.values), rel.schema, self.epoch)
         if out.num_rows:
-            self.rt.stored(rel).stage_log(self.epoch, out)
-            self.staged[rel.name] = out
+            self._keep(rel, out)
+
+    def _keep(self, rel: Relation, rows: pa.Table) -> None:
+        self.rt.stored(rel).stage_log(self.epoch, rows)
+        self.staged[rel.name] = rows
+
+
+@dataclass
+class EmptyStateIO(StateIO):
+    """The state tables of a build from nothing (`Dataflow.build_local`): a lookup finds no row, and
+    the staged rows are kept in `staged`, not written: they become the tables' bases."""
+
+    def lookup(self, suffix: str, by: list[str], keys: pa.Table) -> pa.Table:
+        return self.relation(suffix).schema.arrow().empty_table()
+
+    def _keep(self, rel: Relation, rows: pa.Table) -> None:
+        assert rel.name not in self.staged, f"BUG: state {rel.name} staged twice in one build"
+        self.staged[rel.name] = rows

@@ -22,21 +22,19 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Relation
-from sparkwave.core.chunk import Op, consolidate
+from sparkwave.core.chunk import Op
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
-from sparkwave.core.zset import W, to_ops
 from sparkwave.storage.snapshot import read_parquet
-from sparkwave.storage.state import StateIO, state_name
+from sparkwave.storage.state import EmptyStateIO, StateIO, state_name
 from sparkwave.storage.store import Store
-from sparkwave.storage.table import StagedLog, base_arrow_schema, base_spark_ddl, log_rows
+from sparkwave.storage.table import StagedLog, base_arrow_schema, base_spark_ddl
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.materialize import Materialize
@@ -129,15 +127,12 @@ class Dataflow:
         insert = [F.lit(epoch).cast("bigint").alias("_epoch"), F.lit(0).cast("bigint").alias("_seq"),
                   F.lit(int(Op.INSERT)).cast("tinyint").alias("_op")]
         changes = {u: self.rt.snapshot(self.rt.relation(u), epoch).select(*insert, "*") for u in self.rel.upstreams}
-        states = _Empty(self.rt, self.rel.name)
+        states = EmptyStateIO(self.rt, self.rel.name, prev=0, epoch=epoch)
         d = self.root.delta(EpochIO(self.rt, {}, states, changes), root=True)
         out = {self.rel.name: _inserted(self.rel, None if d is None else self.materialize.log_rows(d, epoch))}
         for suffix in self._state_schemas:
-            rel = self.rt.relation(state_name(self.rel.name, suffix))
-            staged = states.staged.get(suffix)
-            rows = None if staged is None else log_rows(consolidate(_vnode0(to_ops(staged)), list(rel.schema.key),
-                                                                    rel.schema.values), rel.schema, epoch)
-            out[rel.name] = _inserted(rel, rows)
+            rel = states.relation(suffix)
+            out[rel.name] = _inserted(rel, states.staged.get(rel.name))
         return out
 
     def build_chunk(self, epoch: int, plan: ChunkPlan, vnodes: tuple[int, int],
@@ -205,29 +200,6 @@ class Dataflow:
         for io in self._builds:
             io.release()
         self._builds.clear()
-
-
-class _Empty:
-    """The state tables of a build from nothing (`Dataflow.build_local`): a lookup finds no row, and
-    what is staged, by suffix, is the table's rows."""
-
-    def __init__(self, rt: Store, owner: str) -> None:
-        self.rt = rt
-        self.owner = owner
-        self.staged: dict[str, pa.Table] = {}
-
-    def lookup(self, suffix: str, by: list[str], keys: pa.Table) -> pa.Table:
-        return self.rt.relation(state_name(self.owner, suffix)).schema.arrow().empty_table()
-
-    def stage(self, suffix: str, changes: pa.Table) -> None:
-        assert suffix not in self.staged, f"BUG: state {suffix} staged twice in one build"
-        rel = self.rt.relation(state_name(self.owner, suffix))
-        self.staged[suffix] = changes.select([*rel.schema.names, W]).cast(
-            pa.schema([*rel.schema.arrow(), pa.field(W, pa.int64())]))
-
-
-def _vnode0(rows: pa.Table) -> pa.Table:
-    return rows.append_column("_vnode", pa.array(np.zeros(rows.num_rows, np.int16)))
 
 
 def _inserted(rel: Relation, log: pa.Table | None) -> pa.Table:
