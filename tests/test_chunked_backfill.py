@@ -12,6 +12,7 @@ import random
 import pyarrow.parquet as pq
 
 from sparkwave.core.chunk import VNODES
+from sparkwave.storage import snapshot as snapshot_module
 from sparkwave.stream.chunking import chunk_plan
 from sparkwave.stream.dataflow import Dataflow
 from tests.oracle import Model, multiset, rows_of, values_sql
@@ -44,6 +45,7 @@ MVS = {  # name: (query, driving upstream, merges)
 # also built in one chunk: their state tables must be the same
 TWINS = ("agg", "joined", "self", "shared", "shared_side")
 SPARK_TWINS = ("agg", "shared_side")  # also built by Spark in one pass (as every late MV with `big_epoch_rows = 0`)
+SCAN_TWINS = ("joined",)  # also built on the driver over Spark scans of the snapshots (too big to read locally)
 
 
 def _batch(rnd: random.Random) -> list[tuple]:
@@ -75,7 +77,7 @@ def _model() -> Model:
     return m
 
 
-def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(session):
+def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(session, monkeypatch):
     s = session
     s.sql("CREATE TABLE f (id int, g int, v int, d decimal(10, 2), PRIMARY KEY (id)); "
           "CREATE TABLE dim (g int, name varchar, PRIMARY KEY (g))")
@@ -98,6 +100,10 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
     s.sql("SET big_epoch_rows = 1000000")
     for name in TWINS:
         s.sql(f"CREATE MATERIALIZED VIEW {name}_one AS {MVS[name][0]}")
+    with monkeypatch.context() as m:
+        m.setattr(snapshot_module, "LOCAL_SNAPSHOT_BYTES", 0)
+        for name in SCAN_TWINS:
+            s.sql(f"CREATE MATERIALIZED VIEW {name}_scan AS {MVS[name][0]}")
     for _ in range(3):  # the pipeline goes on while the jobs backfill
         _apply(s, model, _batch(rnd))
         s.flush()
@@ -141,7 +147,8 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
         snapshot = s.catalog.job(job.id).snapshot_epoch
         tables = [r for r in s.catalog.relations(internal=True) if r.name == name or r.name.startswith(f"{name}.")]
         assert len(tables) > 1, name
-        twins = [(f"{name}_one", "parquet-cpp-arrow")] + [(f"{name}_spark", "parquet-mr")] * (name in SPARK_TWINS)
+        twins = [(f"{name}_one", "parquet-cpp-arrow")] + [(f"{name}_spark", "parquet-mr")] * (name in SPARK_TWINS) \
+            + [(f"{name}_scan", "parquet-cpp-arrow")] * (name in SCAN_TWINS)
         for twin_of, writer in twins:
             assert snapshot == s.catalog.job(next(j for j in s.jobs() if j.name == twin_of).id).snapshot_epoch
             base = s.catalog.base_at(twin_of, snapshot)

@@ -13,9 +13,8 @@ from pyspark.sql import functions as F
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.errors import CatalogError, NotRetainedError
 from sparkwave.core.local_frames import local_frame
-from sparkwave.core.schema import Schema
 from sparkwave.storage import snapshot as snap
-from sparkwave.storage.table import StoredTable
+from sparkwave.storage.table import StoredTable, base_spark_ddl
 from sparkwave.storage.warehouse import Warehouse
 
 
@@ -79,14 +78,17 @@ class Store:
         return snap.is_plain(self.catalog, rel.name, rel.schema, epoch)
 
     def visible(self, rel: Relation, epoch: int) -> DataFrame:
-        """The visible columns of `rel` as of a committed epoch: a user's read. A small snapshot is read
-        on the driver now (`snapshot.local_snapshot`) and handed to Spark as a local relation, so a
-        query over it plans no file scan and, if it only projects and filters, runs no Spark job."""
-        visible = Schema(tuple(rel.schema.visible), ())
+        """The visible columns of `rel` as of a committed epoch: a user's read (`read`)."""
+        return self.read(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])
+
+    def read(self, rel: Relation, epoch: int) -> DataFrame:
+        """`snapshot(rel, epoch)` for a whole read: a small snapshot is read on the driver now
+        (`snapshot.local_snapshot`) and handed to Spark as a local relation, so a query over it plans no
+        file scan and, if it only projects and filters, runs no Spark job."""
         rows = self.local_snapshot(rel, epoch)
-        if rows is not None:
-            return local_frame(self.spark, rows.select(visible.names), visible.spark_ddl())
-        return self.snapshot(rel, epoch).select(*[F.col(f"`{n}`") for n in visible.names])
+        if rows is None:
+            return self.snapshot(rel, epoch)
+        return local_frame(self.spark, rows, base_spark_ddl(rel.schema))
 
     def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
         """`snapshot(rel, epoch)`'s rows read on the driver, if small (`snapshot.local_snapshot`)."""

@@ -29,7 +29,6 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
-from sparkwave.core.local_frames import local_frame
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
 from sparkwave.storage.snapshot import read_parquet
@@ -127,7 +126,7 @@ class Dataflow:
         costs of its dozen Spark jobs. Every table as `| _vnode | columns |`."""
         insert = [F.lit(epoch).cast("bigint").alias("_epoch"), F.lit(0).cast("bigint").alias("_seq"),
                   F.lit(int(Op.INSERT)).cast("tinyint").alias("_op")]
-        changes = {u: self._snapshot(u, epoch).select(*insert, "*") for u in self.rel.upstreams}
+        changes = {u: self.rt.read(self.rt.relation(u), epoch).select(*insert, "*") for u in self.rel.upstreams}
         states = EmptyStateIO(self.rt, self.rel.name, prev=0, epoch=epoch)
         d = self.root.delta(EpochIO(self.rt, {}, states, changes), root=True)
         out = {self.rel.name: _inserted(self.rel, None if d is None else self.materialize.log_rows(d, epoch))}
@@ -135,15 +134,6 @@ class Dataflow:
             rel = states.relation(suffix)
             out[rel.name] = _inserted(rel, states.staged.get(rel.name))
         return out
-
-    def _snapshot(self, upstream: str, epoch: int) -> DataFrame:
-        """An upstream's snapshot `| _vnode | columns |`: read on the driver and handed over as a local
-        relation when small (`Store.local_snapshot`), else a Spark scan of its files."""
-        rel = self.rt.relation(upstream)
-        rows = self.rt.local_snapshot(rel, epoch)
-        if rows is None:
-            return self.rt.snapshot(rel, epoch)
-        return local_frame(self.rt.spark, rows, base_spark_ddl(rel.schema))
 
     def build_chunk(self, epoch: int, plan: ChunkPlan, vnodes: tuple[int, int],
                     sides: dict[str, list[str]]) -> dict[str, DataFrame]:
