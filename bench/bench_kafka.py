@@ -42,7 +42,7 @@ MVS = {
 }
 COLUMNS = "(id bigint, page varchar, ms int, ts timestamptz)"
 PIPELINE_S = float(os.environ.get("SPARKWAVE_BENCH_PIPELINE_S", 120))  # about a 5M backfill here
-WARM_ROUNDS = 3
+WARM_ROUNDS = 5
 
 
 def fill(bootstrap: str, topic: str, n: int, partitions: int = PARTITIONS) -> float:

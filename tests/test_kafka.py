@@ -197,6 +197,16 @@ def test_a_json_decoder_takes_what_fits_and_names_what_does_not():
             d.decode(json.dumps(bad))
 
 
+def test_an_epoch_takes_its_whole_budget_over_partitions_of_any_backlog():
+    split = kafka_connector.split_budget
+    assert split(1_000_000, {0: 333_334, 1: 333_333, 2: 333_333}) == {0: 333_334, 1: 333_333, 2: 333_333}
+    assert split(90, {0: 10, 1: 100, 2: 100}) == {0: 10, 1: 40, 2: 40}  # a short partition's share goes on
+    assert split(91, {0: 0, 1: 100, 2: 7}) == {0: 0, 1: 84, 2: 7}
+    assert split(45, {0: 5, 1: 6, 2: 7}) == {0: 5, 1: 6, 2: 7}  # less than the budget: all of it
+    assert split(2, {0: 9, 1: 9, 2: 9}) == {0: 1, 1: 1, 2: 1}  # a share is at least one row
+    assert split(10, {}) == {}
+
+
 @pytest.mark.parametrize("crash_at", [
     pytest.param("mid_execute:3", marks=pytest.mark.chaos), pytest.param("mid_commit:3", marks=pytest.mark.chaos),
     "before_catalog_commit:3",  # the log is in Delta, the epoch not committed: its bad records are read again

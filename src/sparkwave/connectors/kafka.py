@@ -202,14 +202,10 @@ class Kafka(Connector):
         budget = self.max_rows_per_epoch
         if self.rate_limit > 0:
             budget = min(budget, max(1, int(self.rate_limit * elapsed_ms / 1000)))
-        per_partition = max(1, budget // len(parts))
-        ranges: dict[str, list[int]] = {}
-        for p, (low, high) in marks.items():
-            start = max(committed.get(str(p), low), low)  # below `low`: retention removed them
-            end = min(high, start + per_partition)
-            if end > start:
-                ranges[str(p)] = [start, end]
-        return ranges
+        # Below `low`, retention removed them.
+        starts = {p: max(committed.get(str(p), low), low) for p, (low, _) in marks.items()}
+        take = split_budget(budget, {p: max(0, marks[p][1] - start) for p, start in starts.items()})
+        return {str(p): [starts[p], starts[p] + n] for p, n in take.items() if n > 0}
 
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
         tasks = [[int(p), lo, min(hi, lo + TASK_OFFSETS)]
@@ -225,3 +221,19 @@ class Kafka(Connector):
                 _registered.add(spark)
         return (spark.read.format(FORMAT_NAME).option("schema", ddl).option("spec", self.spec.to_json())
                 .option("ranges", json.dumps(tasks)).load())
+
+
+def split_budget(budget: int, backlog: dict[int, int]) -> dict[int, int]:
+    """How many of each partition's `backlog` rows an epoch of `budget` rows takes: an equal share
+    each (at least one), then what a short partition leaves unused spread over those with more, so
+    an epoch takes its whole budget whenever the backlog holds it, in however many partitions."""
+    share = max(1, budget // max(1, len(backlog)))
+    take = {p: min(n, share) for p, n in backlog.items()}
+    left = budget - sum(take.values())
+    while left > 0 and (room := [p for p in sorted(backlog) if take[p] < backlog[p]]):
+        each, extra = divmod(left, len(room))
+        for i, p in enumerate(room):
+            got = min(each + (1 if i < extra else 0), backlog[p] - take[p])
+            take[p] += got
+            left -= got
+    return take

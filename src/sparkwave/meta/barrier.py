@@ -477,7 +477,7 @@ class BarrierLoop:
             return staged if staged is not None and staged.num_rows else None
         chunk = self._table_step(rel, e, dml)
         if chunk is not None and chunk.num_rows > 0:
-            stored.stage_log(e.epoch, chunk)
+            stored.stage_log(e.epoch, chunk, transient=rel.kind == "source")
         return chunk
 
     @staticmethod

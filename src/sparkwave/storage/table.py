@@ -108,12 +108,24 @@ class StoredTable:
         done = self.log.transaction_version(APP_ID)
         return done is not None and done >= epoch
 
-    def stage_log(self, epoch: int, chunk: pa.Table) -> str:
+    def stage_log(self, epoch: int, chunk: pa.Table, *, transient: bool = False) -> str:
         """Write one epoch's change rows, uncommitted: downstream jobs of the same epoch read the file
-        with Spark's native reader. A replay overwrites it with the same rows."""
+        with Spark's native reader. A replay overwrites it with the same rows.
+
+        Only the columns likely to repeat are dictionary-encoded (strings, the epoch, op and vnode):
+        a numeric column's dictionary is mostly built to be dropped (1M rows of 7 columns: 0.28 s
+        and 15.5 MB with every column's, 0.17 s and 13.2 MB so). A `transient` file (a source's,
+        read by its MVs and removed with the epoch) is written plain, neither encoded nor
+        compressed (1M rows of 9 columns: 0.2 s rather than 0.55 s)."""
         path = self.log_file_path(epoch)
-        pq.write_table(chunk.select(log_arrow_schema(self.schema).names).cast(log_arrow_schema(self.schema)), path,
-                       row_group_size=64 * 1024)
+        target = log_arrow_schema(self.schema)
+        rows = chunk.select(target.names).cast(target)
+        if transient:
+            pq.write_table(rows, path, row_group_size=64 * 1024, use_dictionary=False, compression="none")
+        else:
+            repeating = [f.name for f in target if f.name in ("_epoch", "_op", "_vnode")
+                         or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+            pq.write_table(rows, path, row_group_size=64 * 1024, use_dictionary=repeating)
         return path
 
     def stage_log_frame(self, epoch: int, rows: DataFrame) -> StagedLog:
