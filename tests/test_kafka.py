@@ -205,6 +205,15 @@ def test_an_epoch_takes_its_whole_budget_over_partitions_of_any_backlog():
     assert split(45, {0: 5, 1: 6, 2: 7}) == {0: 5, 1: 6, 2: 7}  # less than the budget: all of it
     assert split(2, {0: 9, 1: 9, 2: 9}) == {0: 1, 1: 1, 2: 1}  # a share is at least one row
     assert split(10, {}) == {}
+    assert split(200_000, {0: 10**6, 1: 10**6, 2: 10**6}) == {0: 66_667, 1: 66_667, 2: 66_666}
+    assert split(90, {0: 10, 1: 35, 2: 100}) == {0: 10, 1: 35, 2: 45}  # spread again as partitions run out
+    assert split(2, {0: 9, 1: 0, 2: 0}) == {0: 2, 1: 0, 2: 0}
+    # What does not divide evenly goes round the partitions as the source reads on.
+    drained = {0: 0, 1: 0, 2: 0}
+    for _ in range(3):
+        for p, n in split(4, {p: 100 - n for p, n in drained.items()}, turn=sum(drained.values())).items():
+            drained[p] += n
+    assert drained == {0: 4, 1: 4, 2: 4}
 
 
 @pytest.mark.parametrize("crash_at", [

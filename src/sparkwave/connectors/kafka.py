@@ -204,7 +204,8 @@ class Kafka(Connector):
             budget = min(budget, max(1, int(self.rate_limit * elapsed_ms / 1000)))
         # Below `low`, retention removed them.
         starts = {p: max(committed.get(str(p), low), low) for p, (low, _) in marks.items()}
-        take = split_budget(budget, {p: max(0, marks[p][1] - start) for p, start in starts.items()})
+        take = split_budget(budget, {p: max(0, marks[p][1] - start) for p, start in starts.items()},
+                            turn=sum(starts.values()))
         return {str(p): [starts[p], starts[p] + n] for p, n in take.items() if n > 0}
 
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
@@ -223,16 +224,19 @@ class Kafka(Connector):
                 .option("ranges", json.dumps(tasks)).load())
 
 
-def split_budget(budget: int, backlog: dict[int, int]) -> dict[int, int]:
+def split_budget(budget: int, backlog: dict[int, int], turn: int = 0) -> dict[int, int]:
     """How many of each partition's `backlog` rows an epoch of `budget` rows takes: an equal share
     each (at least one), then what a short partition leaves unused spread over those with more, so
-    an epoch takes its whole budget whenever the backlog holds it, in however many partitions."""
+    an epoch takes its whole budget whenever the backlog holds it, in however many partitions. The
+    rows that do not divide evenly go first to the partition `turn` picks (the plan passes how far
+    the source has read), so that a small budget drains no partition faster than the others."""
     share = max(1, budget // max(1, len(backlog)))
     take = {p: min(n, share) for p, n in backlog.items()}
     left = budget - sum(take.values())
     while left > 0 and (room := [p for p in sorted(backlog) if take[p] < backlog[p]]):
         each, extra = divmod(left, len(room))
-        for i, p in enumerate(room):
+        first = turn % len(room)
+        for i, p in enumerate(room[first:] + room[:first]):
             got = min(each + (1 if i < extra else 0), backlog[p] - take[p])
             take[p] += got
             left -= got
