@@ -6,7 +6,8 @@ batch jobs reading the same offset ranges with the same reader, measured in the 
    MV (each MV's query as its own batch job re-reading the topic: what Structured Streaming does).
 2. Source backfill: an MV created on a source whose history is `BACKFILL` messages, vs the same
    plain read (target >= 0.7x); and the running pipeline's p99 epoch latency during the backfill vs
-   without it (target <= 1.25x). `SPARKWAVE_BENCH_KAFKA_IMPACT_ONLY=1` runs the impact part alone.
+   without it (target <= 1.25x). `SPARKWAVE_BENCH_KAFKA_IMPACT_ONLY=1` runs the impact part alone,
+   `SPARKWAVE_BENCH_KAFKA_INGEST_ONLY=1` the ingest part.
 
 Each ratio is taken warm, as a running pipeline is: the first round of ingest and of source backfill
 (a cold JVM) is reported beside it. Ingest takes the median of `WARM_ROUNDS` rounds, each between two
@@ -218,6 +219,8 @@ def main() -> str:
         if os.environ.get("SPARKWAVE_BENCH_KAFKA_IMPACT_ONLY") == "1":  # the impact part alone, over its own history
             fill(broker.bootstrap, "history", BACKFILL, BACKFILL_PARTITIONS)
             return report("Kafka: a source backfill's impact on the pipeline", impact(broker, "history"))
+        if os.environ.get("SPARKWAVE_BENCH_KAFKA_INGEST_ONLY") == "1":
+            return report("Kafka: shared-source ingest", ingest(broker))
         lines = ingest(broker) + backfill(broker)
     return report("Kafka: shared-source ingest and source backfill", lines)
 
