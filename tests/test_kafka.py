@@ -203,7 +203,7 @@ def test_an_epoch_takes_its_whole_budget_over_partitions_of_any_backlog():
     assert split(90, {0: 10, 1: 100, 2: 100}) == {0: 10, 1: 40, 2: 40}  # a short partition's share goes on
     assert split(91, {0: 0, 1: 100, 2: 7}) == {0: 0, 1: 84, 2: 7}
     assert split(45, {0: 5, 1: 6, 2: 7}) == {0: 5, 1: 6, 2: 7}  # less than the budget: all of it
-    assert split(2, {0: 9, 1: 9, 2: 9}) == {0: 1, 1: 1, 2: 1}  # a share is at least one row
+    assert split(2, {0: 9, 1: 9, 2: 9}) == {0: 1, 1: 1, 2: 0}  # never more than the budget
     assert split(10, {}) == {}
     assert split(200_000, {0: 10**6, 1: 10**6, 2: 10**6}) == {0: 66_667, 1: 66_667, 2: 66_666}
     assert split(90, {0: 10, 1: 35, 2: 100}) == {0: 10, 1: 35, 2: 45}  # spread again as partitions run out
@@ -214,6 +214,8 @@ def test_an_epoch_takes_its_whole_budget_over_partitions_of_any_backlog():
         for p, n in split(4, {p: 100 - n for p, n in drained.items()}, turn=sum(drained.values())).items():
             drained[p] += n
     assert drained == {0: 4, 1: 4, 2: 4}
+    served = [split(1, {0: 9, 1: 9, 2: 9}, turn=t) for t in range(3)]  # a rate limit's row per epoch
+    assert served == [{0: 1, 1: 0, 2: 0}, {0: 0, 1: 1, 2: 0}, {0: 0, 1: 0, 2: 1}]
 
 
 @pytest.mark.parametrize("crash_at", [

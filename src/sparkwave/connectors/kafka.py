@@ -226,13 +226,12 @@ class Kafka(Connector):
 
 def split_budget(budget: int, backlog: dict[int, int], turn: int = 0) -> dict[int, int]:
     """How many of each partition's `backlog` rows an epoch of `budget` rows takes: an equal share
-    each (at least one), then what a short partition leaves unused spread over those with more, so
-    an epoch takes its whole budget whenever the backlog holds it, in however many partitions. The
-    rows that do not divide evenly go first to the partition `turn` picks (the plan passes how far
-    the source has read), so that a small budget drains no partition faster than the others."""
-    share = max(1, budget // max(1, len(backlog)))
-    take = {p: min(n, share) for p, n in backlog.items()}
-    left = budget - sum(take.values())
+    each, what a short partition leaves spread over those with more, so an epoch takes its whole
+    budget whenever the backlog holds it and never more. The rows that do not divide evenly go
+    round the partitions from the one `turn` picks (the plan passes how far the source has read):
+    a budget smaller than the partitions, a rate limit's, serves each in turn."""
+    take = dict.fromkeys(backlog, 0)
+    left = budget
     while left > 0 and (room := [p for p in sorted(backlog) if take[p] < backlog[p]]):
         each, extra = divmod(left, len(room))
         first = turn % len(room)
