@@ -99,6 +99,39 @@ def test_mvs_created_early_and_late_on_a_source_equal_the_oracle(session, kafka)
     assert not any((session.warehouse.relation_dir("ev") / "log").iterdir()), "a source keeps no rows"
 
 
+def test_mvs_over_sources_computed_with_the_sources_read(session, kafka):
+    """The MVs' scans and projections over a source are computed by the job that reads it
+    (`stream/fusion.py`), and the source's rows are written to a file only for an MV that reads the
+    file. Two sources over one topic, an MV joining both (each source's read computes its side),
+    and an MV whose epoch is big (over `big_epoch_rows`: the executors read the source's file)
+    equal the oracle. An expression that fails on one message fails only its own MV, which is taken
+    out of the pipeline."""
+    topic = Topic(kafka.bootstrap, 3)
+    produce(topic, 0, 120)
+    session.sql(source_sql(topic, 1000))
+    session.sql(source_sql(topic, 1000).replace("CREATE SOURCE ev ", "CREATE SOURCE ev2 "))
+    session.sql("CREATE TABLE d (k int PRIMARY KEY, label varchar); SET big_epoch_rows = 150")
+    session.sql("INSERT INTO d VALUES " + ", ".join(f"({k}, 'l{k}')" for k in range(100)))
+    mvs = {**MVS, "both": "SELECT ev.id, ev2.name FROM ev JOIN ev2 ON ev.id = ev2.id WHERE ev2.price > 30"}
+    for name, q in mvs.items():
+        session.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    session.sql("CREATE MATERIALIZED VIEW bad AS SELECT id, CASE WHEN id <> 150 THEN price "
+                "ELSE raise_error('message 150 is not welcome') END AS price FROM ev")
+    session.flush()  # 120 messages and 100 rows of d: `named`'s epoch is big, the sources' are not
+    assert session.catalog.relation("bad").state == "created"  # message 150 is not read yet
+    produce(topic, 120, 200)
+    while sum(offsets_at(session, "ev", session.committed_epoch).values()) < 200:
+        session.flush()
+    with pytest.raises(CatalogError, match=r"'bad' is stopped.*failed 3 times at epoch \d+: .*message 150"):
+        session.table("bad")
+    d = ("k INTEGER, label VARCHAR", [(k, f"l{k}") for k in range(100)])
+    for epoch in session.catalog.committed_epochs(session.catalog.relation("cheap").created_epoch):
+        rows = plain_rows(read_by(topic, offsets_at(session, "ev", epoch)), EV_COLS, good)
+        rows2 = plain_rows(read_by(topic, offsets_at(session, "ev2", epoch)), EV_COLS, good)
+        check_epoch(session, epoch, {"ev": (EV_DDL, rows), "ev2": (EV_DDL, rows2), "d": d}, mvs)
+    assert not any((session.warehouse.relation_dir("ev") / "log").iterdir()), "a source keeps no rows"
+
+
 def test_a_source_stores_nothing_and_says_so(session, kafka):
     topic = Topic(kafka.bootstrap, 1)
     session.sql(source_sql(topic, 100))

@@ -38,7 +38,12 @@ def vnode(key: list[str]) -> SparkColumn:
 def vnode_sql(key_exprs: list[str]) -> str:
     """`vnode` as a Spark SQL select item `_vnode` over the expressions that compute the key, so that
     the select computing a key also computes its vnode (no extra projection per epoch)."""
-    return f"CAST(pmod(xxhash64({', '.join(key_exprs)}), {VNODES}) AS SMALLINT) AS _vnode"
+    return f"{vnode_expr(key_exprs)} AS _vnode"
+
+
+def vnode_expr(key_exprs: list[str]) -> str:
+    """`vnode` as a Spark SQL expression over the expressions that compute the key."""
+    return f"CAST(pmod(xxhash64({', '.join(key_exprs)}), {VNODES}) AS SMALLINT)"
 
 
 def with_vnode(chunk: DataFrame, schema: Schema, keep: tuple[str, ...] = ()) -> DataFrame:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from py4j.protocol import Py4JError
-from pyspark.errors.exceptions.captured import CapturedException
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException, PythonException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
@@ -42,6 +42,7 @@ from sparkwave.meta.settings import Settings
 from sparkwave.storage import snapshot as snap
 from sparkwave.storage.lookup import lookup
 from sparkwave.storage.table import StagedLog
+from sparkwave.stream import fusion
 from sparkwave.stream.dataflow import Dataflow
 from sparkwave.stream.materialize import materialize_table, materialize_table_frame
 from sparkwave.stream.operator import held_log
@@ -104,7 +105,25 @@ class _Epoch:
     errors: list[tuple[str, str, int, str, str]] = field(default_factory=list)  # bad source records kept
     bad_counts: dict[str, int] = field(default_factory=dict)  # bad source records per relation, all
     held: dict[str, DataFrame | None] = field(default_factory=dict)  # log rows as local frames, shared by MVs
+    relations: list[Relation] = field(default_factory=list)  # executed this epoch, upstreams first
+    fused: dict[str, dict[int, pa.Table]] = field(default_factory=dict)  # chains read with a source, by MV
+    all_fused: dict[str, set[str]] = field(default_factory=dict)  # by MV: sources whose every scan it has fused
+    unwritten: dict[str, pa.Table] = field(default_factory=dict)  # a source's rows whose file no MV needed yet
+    file_locks: dict[str, threading.Lock] = field(default_factory=dict)  # one per source in `unwritten`
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _raised_by_python(err: BaseException) -> bool:
+    """Whether a Spark job failed in a Python worker (a data source's reader), not in the JVM."""
+    if isinstance(err, PythonException):
+        return True
+    if isinstance(err, Py4JJavaError):
+        cause = err.java_exception
+        while cause is not None:
+            if cause.getClass().getName() == "org.apache.spark.api.python.PythonException":
+                return True
+            cause = cause.getCause()
+    return False
 
 
 def topo_order(relations: list[Relation]) -> list[Relation]:
@@ -373,7 +392,7 @@ class BarrierLoop:
         return taken
 
     def _execute_and_commit(self, e: _Epoch, t0: float) -> EpochReport:
-        relations = topo_order(self.rt.catalog.relations())
+        relations = e.relations = topo_order(self.rt.catalog.relations())
         e.big_rows = Settings(self.rt.catalog).big_epoch_rows
         dml = self.rt.catalog.dml_batches(e.plan.get("dml", []))
         rows_in = sum(r for *_, r in dml) + sum(
@@ -463,7 +482,8 @@ class BarrierLoop:
     def _execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]
                  ) -> pa.Table | StagedLog | None:
         """The relation's log rows for the epoch, staged as its log file (committed later): in
-        memory, or only a file the executors wrote when the change is big (over `big_epoch_rows`)."""
+        memory, or only a file the executors wrote when the change is big (over `big_epoch_rows`).
+        A source's file (it commits none) is written only if an MV reads it (`_source_file`)."""
         if rel.kind == "mv":
             # Recomputed even on a replay (it is deterministic: state as of the previous epoch), so
             # that its state tables' staged files exist whichever of its commits had happened.
@@ -477,7 +497,12 @@ class BarrierLoop:
             return staged if staged is not None and staged.num_rows else None
         chunk = self._table_step(rel, e, dml)
         if chunk is not None and chunk.num_rows > 0:
-            stored.stage_log(e.epoch, chunk, transient=rel.kind == "source")
+            if rel.kind == "source":  # its file only for an MV that reads it (`_source_file`)
+                with e.lock:
+                    e.file_locks[rel.name] = threading.Lock()
+                    e.unwritten[rel.name] = chunk
+            else:
+                stored.stage_log(e.epoch, chunk)
         return chunk
 
     @staticmethod
@@ -515,10 +540,39 @@ class BarrierLoop:
         intents = self._intents(rel, e, dml)
         if intents is None:
             return None
-        chunk = self._set_aside_bad_records(rel, e, to_arrow(intents))
+        chunk = self._set_aside_bad_records(rel, e, self._read_fused(rel, e, intents) if rel.kind == "source"
+                                            else to_arrow(intents))
         return materialize_table(chunk, rel.schema, e.epoch,
                                  lambda keys: lookup(self.rt.catalog, rel.name, rel.schema, e.prev, keys),
                                  rel.definition.get("on_conflict", "overwrite"))
+
+    def _read_fused(self, rel: Relation, e: _Epoch, rows: DataFrame) -> pa.Table:
+        """A source's rows of the epoch, read by one job that also computes the scan-and-projection
+        chains of the MVs over it (`stream/fusion.py`), handed to them in `e.fused`. If that fails
+        other than in the reader (an MV's expression on a row, say), the source is read alone and
+        each MV computes its chain itself, failing as itself: one MV's fault never stops the source."""
+        assert rel.schema.append_only, f"BUG: source {rel.name} is not append-only"
+        try:
+            roots = {mv.name: Dataflow(self.rt, mv).root for mv in e.relations
+                     if mv.kind == "mv" and rel.name in mv.upstreams}
+            chains = [c for name, root in roots.items() for c in fusion.branches(name, root, rel.name)]
+            fused = fusion.fused_read(rows, chains, f"`{ERROR}` IS NULL" if ERROR in rows.columns else "true")
+            if fused is not None:
+                wide = to_arrow(fused[0])
+                good = pc.is_null(wide[ERROR]) if ERROR in wide.column_names else None
+                chunk, by_mv = fusion.split(wide, rows.columns, chains, fused[1], good)
+                with e.lock:  # sources run at once; an MV may read two
+                    for name, root in roots.items():
+                        e.fused.setdefault(name, {}).update(by_mv.get(name, {}))
+                        if fusion.covers(root, rel.name, [c for c in chains if c.mv == name]):
+                            e.all_fused.setdefault(name, set()).add(rel.name)
+                return chunk
+        except Exception as err:
+            if _raised_by_python(err):  # the reader's own: reading alone fails the same way
+                raise
+            log.warning("source %s: the read with its MVs' projections failed (%s); reading it alone",
+                        rel.name, (str(err).strip().splitlines() or [type(err).__name__])[0][:300])
+        return to_arrow(rows)
 
     def _table_step_frame(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]) -> StagedLog | None:
         """`_table_step` for a big epoch: the executors join the intents with the table as of the
@@ -581,18 +635,37 @@ class BarrierLoop:
             return None
         inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in changed}
         flow = Dataflow(self.rt, rel)
+        big = sum(changed.values()) > e.big_rows and flow.on_spark
+        fused = e.all_fused.get(rel.name, set())
         chunk: pa.Table | StagedLog | None
-        if sum(changed.values()) > e.big_rows and flow.on_spark:
+        if big:
+            for u in changed:
+                self._source_file(e, u)
             chunk, staged = flow.step_frame(e.epoch, e.prev, inputs)
             e.chunks.update(staged)
         else:
-            held = {u: f for u in changed if (f := self._held(e, u)) is not None}
-            chunk, tables = flow.step(e.epoch, e.prev, inputs, held)
+            held = {u: f for u in changed if u not in fused and (f := self._held(e, u)) is not None}
+            for u in changed:
+                if u not in fused and u not in held:
+                    self._source_file(e, u)
+            chunk, tables = flow.step(e.epoch, e.prev, inputs, held, e.fused.get(rel.name))
             if chunk is not None and chunk.num_rows > 0:
                 self.rt.stored(rel).stage_log(e.epoch, chunk)
             e.chunks.update(tables)
         e.chunks[rel.name] = chunk
         return chunk
+
+    def _source_file(self, e: _Epoch, name: str) -> None:
+        """Write a source's rows of the epoch as its (transient) log file, once, for an MV that reads
+        the file: one whose scans of it its read did not all compute (`_read_fused`) and that the
+        driver does not hand them as a local frame, or a big epoch's. A no-op for any other relation."""
+        lock = e.file_locks.get(name)
+        if lock is None:
+            return
+        with lock:
+            if (rows := e.unwritten.get(name)) is not None:
+                self.rt.stored(self.rt.relation(name)).stage_log(e.epoch, rows, transient=True)
+                del e.unwritten[name]
 
     def _held(self, e: _Epoch, name: str) -> DataFrame | None:
         """The relation's log rows of the epoch as one local frame for every MV reading them, if the

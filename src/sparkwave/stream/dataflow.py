@@ -3,7 +3,8 @@
 **Per epoch** (`Dataflow.step`): the root's `delta` walks the tree. The changed upstreams' log rows
 go through their scans and the projections above them as one Spark DataFrame (window, filter,
 expressions), collected as Z-sets: a small change is held by the driver and evaluated by Spark's
-optimizer without a job (`core/local_frames.py`), a larger one is read from its file by one job.
+optimizer without a job (`core/local_frames.py`), a larger one is read from its file by one job;
+a source's read computes them itself (`stream/fusion.py`).
 Joins and aggregates run on the driver in Arrow against their state tables (the epoch's change is
 small, and an Arrow lookup costs no Spark job); projections above them go back to Spark only when
 they compute something. The root's change is netted per MV key into the MV's log rows
@@ -51,13 +52,14 @@ class Dataflow:
         self.materialize = Materialize(self.root.key, [(m, i) for m, i in rel.definition["outputs"]], rel.schema)
         self._builds: list[SnapshotIO] = []
 
-    def step(self, epoch: int, prev: int, inputs: dict[str, list[str]], changes: dict[str, DataFrame] | None = None
-             ) -> tuple[pa.Table | None, dict[str, pa.Table]]:
+    def step(self, epoch: int, prev: int, inputs: dict[str, list[str]], changes: dict[str, DataFrame] | None = None,
+             fused: dict[int, pa.Table] | None = None) -> tuple[pa.Table | None, dict[str, pa.Table]]:
         """The MV's log rows for `epoch` from its upstreams' log files of that epoch (`inputs`; the
-        same rows as local frames `changes` where the driver holds them), with state as of `prev`; state changes are
-        staged. Returns (MV rows, staged state rows by table)."""
+        same rows as local frames `changes` where the driver holds them; chains over a source as its
+        read computed them, `fused`), with state as of `prev`; state changes are staged. Returns
+        (MV rows, staged state rows by table)."""
         states = StateIO(self.rt, self.rel.name, prev, epoch)
-        d = self.root.delta(EpochIO(self.rt, inputs, states, changes or {}), root=True)
+        d = self.root.delta(EpochIO(self.rt, inputs, states, changes or {}, fused=fused or {}), root=True)
         if d is None or d.num_rows == 0:
             return None, states.staged
         return self.materialize.log_rows(d, epoch), states.staged

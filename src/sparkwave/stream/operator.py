@@ -8,7 +8,8 @@ old row and an insertion of the new one. Columns have internal names unique with
 
 Each operator is evaluated three ways:
 - **per epoch** (`delta`): the epoch's change of its output from its inputs' changes. A stateless
-  subtree (a scan and the projections above it) is one Spark DataFrame (`frame`), collected once;
+  subtree (a scan and the projections above it) is one Spark DataFrame (`frame`), collected once
+  (over a source, computed by the source's read instead: `stream/fusion.py`, `EpochIO.fused`);
   joins and aggregates run on the driver in Arrow (`apply`) against their state tables (`States`).
 - **per big epoch** (`delta_frame`): the same change as a Spark DataFrame, for an epoch whose
   change is too big for the driver: state lookups are joins of the change with the state tables'
@@ -73,13 +74,15 @@ class States(Protocol):
 class EpochIO:
     """What a tree reads and writes in one epoch: its upstreams' log files by relation (of one
     epoch, or of several for a stateless tree's slice), the same rows of one epoch as local frames
-    where the driver still holds them (`changes`), and its MV's state tables."""
+    where the driver still holds them (`changes`), the changes of the chains that a source's read
+    computed (`fused`), and its MV's state tables."""
 
     rt: Store
     inputs: dict[str, list[str]]
     state: States | None = None
     changes: dict[str, DataFrame] = field(default_factory=dict)  # `held_log` frames, by upstream
     shares: dict[int, pa.Table | None] = field(default_factory=dict)  # a shared operator's change, by id
+    fused: dict[int, pa.Table] = field(default_factory=dict)  # a chain's change from its upstream's read, by id
 
     @property
     def spark(self) -> SparkSession:
@@ -228,6 +231,23 @@ class SnapshotIO:
         self.persisted.clear()
 
 
+def column_ref(expr: str) -> str | None:
+    """The column a Spark SQL expression is, if it is a bare reference (`` `name` ``)."""
+    return expr[1:-1] if expr.startswith("`") and expr.endswith("`") and expr.count("`") == 2 else None
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A stateless chain evaluated inside the job that reads its upstream (`stream/fusion.py`): the
+    upstream's rows with the columns the chain computes added, the column of `rows` that holds each
+    of the chain's columns (`names`: an upstream column where the chain only passes it on), and
+    `keep`, the condition (Spark SQL) under which a row passes the chain."""
+
+    rows: DataFrame
+    names: dict[str, str]
+    keep: str
+
+
 def state_schema(columns: list[tuple[str, str]], key: list[str]) -> Schema:
     return Schema(tuple(Column(n, SqlType(t)) for n, t in columns), tuple(dict.fromkeys(key)))
 
@@ -359,6 +379,8 @@ class Operator(ABC):
         return self.frame(io, vnode=root)
 
     def _collected(self, io: EpochIO, root: bool) -> pa.Table | None:
+        if self.id in io.fused:  # computed by the job that read the upstream (`stream/fusion.py`)
+            return io.fused[self.id]
         frame = self.frame(io, vnode=root)
         return None if frame is None else collect(frame, self.arrow_schema(WEIGHT, *([VNODE] if root else [])))
 

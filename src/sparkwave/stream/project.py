@@ -20,11 +20,14 @@ from sparkwave.stream.operator import (
     WEIGHT,
     EpochIO,
     FrameIO,
+    Fused,
     Operator,
     SnapshotIO,
     collect,
+    column_ref,
     exprs_json,
     references,
+    renamed,
     select_items,
 )
 
@@ -59,8 +62,7 @@ class Project(Operator):
     @property
     def is_rename(self) -> bool:
         """Every column is an input column as it is (and nothing is filtered)."""
-        return self.predicate is None and all(e.startswith("`") and e.endswith("`") and e.count("`") == 2
-                                              for _, e in self.exprs)
+        return self.predicate is None and all(column_ref(e) is not None for _, e in self.exprs)
 
     def select(self, rows: DataFrame, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame:
         """The predicate and the expressions over the input's rows, keeping the columns `keep` (and
@@ -98,6 +100,31 @@ class Project(Operator):
         df = local_frame(spark, child.drop_columns([W]).append_column(W, child[W]),
                          f"{self.input.spark_ddl()}, `{W}` bigint")
         return collect(self.select(df, (W,), vnode=root), self.arrow_schema(WEIGHT, *([VNODE] if root else [])))
+
+    def fused(self, below: Fused, prefix: str) -> Fused:
+        """The projection inside the job that reads its chain's upstream (`Scan.fused`): its
+        predicate, and each expression that computes something, over `below`'s columns, computed
+        only for the rows that pass."""
+        keep, rows = below.keep, below.rows
+        if self.predicate:
+            where = renamed(self.predicate, below.names)
+            assert where is not None, f"BUG: projection {self.id}'s predicate reads a column below it lacks"
+            rows = rows.selectExpr("*", f"({keep}) AND coalesce(({where}), false) AS `{prefix}_keep`")
+            keep = f"`{prefix}_keep`"
+        names: dict[str, str] = {}
+        computed = []
+        for n, e in self.exprs:
+            ref = column_ref(e)
+            if ref is not None and ref in below.names:
+                names[n] = below.names[ref]
+                continue
+            expr = renamed(e, below.names)
+            assert expr is not None, f"BUG: projection {self.id} reads a column below it lacks"
+            names[n] = f"{prefix}{n}"
+            computed.append(f"CASE WHEN {keep} THEN ({expr}) END AS `{names[n]}`")
+        if computed:
+            rows = rows.selectExpr("*", *computed)
+        return Fused(rows, names, keep)
 
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:

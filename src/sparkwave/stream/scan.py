@@ -4,7 +4,8 @@ by Spark. It keeps no state.
 
 Per epoch the log rows' ops become weights (+1 for +I and +U, -1 for -D and -U) in the same select
 as the expressions, and the projections above the scan extend the same DataFrame (`Project.frame`):
-the whole stateless chain is one Spark job, collected once."""
+the whole stateless chain is one Spark job, collected once. Over a source, the source's own read
+computes the chain instead (`fused`, `stream/fusion.py`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,17 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op
 from sparkwave.core.zset import W
-from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, exprs_json, references, select_items
+from sparkwave.stream.operator import (
+    EpochIO,
+    Fused,
+    Operator,
+    SnapshotIO,
+    column_ref,
+    exprs_json,
+    references,
+    renamed,
+    select_items,
+)
 
 _WEIGHT = f"CAST(CASE WHEN _op IN ({int(Op.INSERT)}, {int(Op.UPDATE_INSERT)}) THEN 1 ELSE -1 END AS BIGINT) AS {W}"
 
@@ -94,6 +105,29 @@ class Scan(Operator):
 
     def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
         return self._collected(io, root)
+
+    def fused(self, rows: DataFrame, prefix: str, guard: str) -> Fused:
+        """The scan inside the job that reads its upstream's log rows `rows`: each expression that
+        computes something as a column `prefix<column>`, computed only where `guard` holds (NULL
+        elsewhere; a bare upstream column is used as it is), and whether a row passes the scan."""
+        assert self.window is None, "BUG: a windowed scan (one row per window) is not fused"
+        names: dict[str, str] = {}
+        computed = []
+        for n, e in self.exprs:
+            ref = column_ref(e)
+            if ref is not None and ref in rows.columns:
+                names[n] = ref
+            else:
+                names[n] = f"{prefix}{n}"
+                computed.append(f"CASE WHEN {guard} THEN ({e}) END AS `{names[n]}`")
+        if computed:
+            rows = rows.selectExpr("*", *computed)
+        if not self.predicate:
+            return Fused(rows, names, guard)
+        where = renamed(self.predicate, names)
+        assert where is not None, f"BUG: scan {self.id}'s predicate reads a column it does not compute"
+        rows = rows.selectExpr("*", f"({guard}) AND coalesce(({where}), false) AS `{prefix}_keep`")
+        return Fused(rows, names, f"`{prefix}_keep`")
 
     def batch(self, io: SnapshotIO) -> DataFrame:
         return self.select(io.snapshot(self.relation, self.id))
