@@ -107,7 +107,6 @@ class _Epoch:
     held: dict[str, DataFrame | None] = field(default_factory=dict)  # log rows as local frames, shared by MVs
     relations: list[Relation] = field(default_factory=list)  # executed this epoch, upstreams first
     fused: dict[str, dict[int, pa.Table]] = field(default_factory=dict)  # chains read with a source, by MV
-    all_fused: dict[str, set[str]] = field(default_factory=dict)  # by MV: sources whose every scan it has fused
     unwritten: dict[str, pa.Table] = field(default_factory=dict)  # a source's rows whose file no MV needed yet
     file_locks: dict[str, threading.Lock] = field(default_factory=dict)  # one per source in `unwritten`
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -562,10 +561,8 @@ class BarrierLoop:
                 good = pc.is_null(wide[ERROR]) if ERROR in wide.column_names else None
                 chunk, by_mv = fusion.split(wide, rows.columns, chains, fused[1], good)
                 with e.lock:  # sources run at once; an MV may read two
-                    for name, root in roots.items():
-                        e.fused.setdefault(name, {}).update(by_mv.get(name, {}))
-                        if fusion.covers(root, rel.name, [c for c in chains if c.mv == name]):
-                            e.all_fused.setdefault(name, set()).add(rel.name)
+                    for name, ops in by_mv.items():
+                        e.fused.setdefault(name, {}).update(ops)
                 return chunk
         except Exception as err:
             if _raised_by_python(err):  # the reader's own: reading alone fails the same way
@@ -636,7 +633,7 @@ class BarrierLoop:
         inputs = {u: [self.rt.stored(self.rt.relation(u)).log_file_path(e.epoch)] for u in changed}
         flow = Dataflow(self.rt, rel)
         big = sum(changed.values()) > e.big_rows and flow.on_spark
-        fused = e.all_fused.get(rel.name, set())
+        fused = {u for u in changed if fusion.covers(flow.root, u, e.fused.get(rel.name, {}))}
         chunk: pa.Table | StagedLog | None
         if big:
             for u in changed:

@@ -14,6 +14,7 @@ MV's rows of the epoch before; `big_epoch_rows` bounds the source's."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -74,11 +75,12 @@ class Layout:
     vnode: str | None
 
 
-def covers(root: Operator, relation: str, chains: list[Branch]) -> bool:
-    """Whether the MV's `chains` hold every scan of `relation` in its tree: fused, the MV reads
-    nothing else of it."""
-    fused = {op.id for c in chains for op in c.op.walk()}
-    return all(op.id in fused for op in root.walk() if isinstance(op, Scan) and op.relation == relation)
+def covers(root: Operator, relation: str, fused: Container[int]) -> bool:
+    """Whether the chains computed by reads (their tops' ids, `fused`) hold every scan of `relation`
+    in the MV's tree: the MV then reads nothing else of it."""
+    ops = root.walk()
+    inside = {o.id for op in ops if op.id in fused for o in op.walk()}
+    return all(op.id in inside for op in ops if isinstance(op, Scan) and op.relation == relation)
 
 
 def fused_read(rows: DataFrame, chains: list[Branch], guard: str) -> tuple[DataFrame, list[Layout]] | None:

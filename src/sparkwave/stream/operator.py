@@ -247,6 +247,31 @@ class Fused:
     names: dict[str, str]
     keep: str
 
+    def filtered(self, predicate: str | None, prefix: str) -> Fused:
+        """The rows that also pass `predicate` (over the chain's columns), as the flag `prefix_keep`."""
+        if not predicate:
+            return self
+        where = renamed(predicate, self.names)
+        assert where is not None, f"BUG: predicate {predicate!r} reads a column the chain lacks"
+        rows = self.rows.selectExpr("*", f"({self.keep}) AND coalesce(({where}), false) AS `{prefix}_keep`")
+        return Fused(rows, self.names, f"`{prefix}_keep`")
+
+    def computed(self, exprs: list[tuple[str, str]], prefix: str) -> Fused:
+        """The chain's columns after `exprs` (over its columns): a bare reference is the column it
+        names; anything else is computed as `prefix<column>`, only where `keep` holds (NULL elsewhere)."""
+        names: dict[str, str] = {}
+        computed = []
+        for n, e in exprs:
+            ref = column_ref(e)
+            if ref is not None and ref in self.names:
+                names[n] = self.names[ref]
+                continue
+            expr = renamed(e, self.names)
+            assert expr is not None, f"BUG: expression {e!r} reads a column the chain lacks"
+            names[n] = f"{prefix}{n}"
+            computed.append(f"CASE WHEN {self.keep} THEN ({expr}) END AS `{names[n]}`")
+        return Fused(self.rows.selectExpr("*", *computed) if computed else self.rows, names, self.keep)
+
 
 def state_schema(columns: list[tuple[str, str]], key: list[str]) -> Schema:
     return Schema(tuple(Column(n, SqlType(t)) for n, t in columns), tuple(dict.fromkeys(key)))

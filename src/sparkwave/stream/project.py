@@ -27,7 +27,6 @@ from sparkwave.stream.operator import (
     column_ref,
     exprs_json,
     references,
-    renamed,
     select_items,
 )
 
@@ -103,28 +102,8 @@ class Project(Operator):
 
     def fused(self, below: Fused, prefix: str) -> Fused:
         """The projection inside the job that reads its chain's upstream (`Scan.fused`): its
-        predicate, and each expression that computes something, over `below`'s columns, computed
-        only for the rows that pass."""
-        keep, rows = below.keep, below.rows
-        if self.predicate:
-            where = renamed(self.predicate, below.names)
-            assert where is not None, f"BUG: projection {self.id}'s predicate reads a column below it lacks"
-            rows = rows.selectExpr("*", f"({keep}) AND coalesce(({where}), false) AS `{prefix}_keep`")
-            keep = f"`{prefix}_keep`"
-        names: dict[str, str] = {}
-        computed = []
-        for n, e in self.exprs:
-            ref = column_ref(e)
-            if ref is not None and ref in below.names:
-                names[n] = below.names[ref]
-                continue
-            expr = renamed(e, below.names)
-            assert expr is not None, f"BUG: projection {self.id} reads a column below it lacks"
-            names[n] = f"{prefix}{n}"
-            computed.append(f"CASE WHEN {keep} THEN ({expr}) END AS `{names[n]}`")
-        if computed:
-            rows = rows.selectExpr("*", *computed)
-        return Fused(rows, names, keep)
+        predicate, then its expressions, over `below`'s columns."""
+        return below.filtered(self.predicate, prefix).computed(self.exprs, prefix)
 
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:

@@ -23,10 +23,8 @@ from sparkwave.stream.operator import (
     Fused,
     Operator,
     SnapshotIO,
-    column_ref,
     exprs_json,
     references,
-    renamed,
     select_items,
 )
 
@@ -107,27 +105,11 @@ class Scan(Operator):
         return self._collected(io, root)
 
     def fused(self, rows: DataFrame, prefix: str, guard: str) -> Fused:
-        """The scan inside the job that reads its upstream's log rows `rows`: each expression that
-        computes something as a column `prefix<column>`, computed only where `guard` holds (NULL
-        elsewhere; a bare upstream column is used as it is), and whether a row passes the scan."""
+        """The scan inside the job that reads its upstream's log rows `rows`, for the rows where
+        `guard` holds (`Fused`: its expressions, then its predicate over them)."""
         assert self.window is None, "BUG: a windowed scan (one row per window) is not fused"
-        names: dict[str, str] = {}
-        computed = []
-        for n, e in self.exprs:
-            ref = column_ref(e)
-            if ref is not None and ref in rows.columns:
-                names[n] = ref
-            else:
-                names[n] = f"{prefix}{n}"
-                computed.append(f"CASE WHEN {guard} THEN ({e}) END AS `{names[n]}`")
-        if computed:
-            rows = rows.selectExpr("*", *computed)
-        if not self.predicate:
-            return Fused(rows, names, guard)
-        where = renamed(self.predicate, names)
-        assert where is not None, f"BUG: scan {self.id}'s predicate reads a column it does not compute"
-        rows = rows.selectExpr("*", f"({guard}) AND coalesce(({where}), false) AS `{prefix}_keep`")
-        return Fused(rows, names, f"`{prefix}_keep`")
+        upstream = Fused(rows, {c: c for c in rows.columns}, guard)
+        return upstream.computed(self.exprs, prefix).filtered(self.predicate, prefix)
 
     def batch(self, io: SnapshotIO) -> DataFrame:
         return self.select(io.snapshot(self.relation, self.id))
