@@ -8,6 +8,12 @@ from pathlib import Path
 # rely on executors sharing the driver's process or memory. The crash tests' children inherit it.
 TEST_MASTER = os.environ.get("SPARKWAVE_TEST_MASTER", "local[2]")
 
+# The suite's JVMs (each pytest worker's, and every crash, chaos and CLI child's, which inherit the
+# variable) live for seconds to minutes on 2 cores, where the C2 compiler's threads took CPU from
+# the queries for code that rarely ran long enough to repay it: a dataflow crash child ran in 64-68 s
+# with C1 alone against 75-85 s. A user's long-lived Spark keeps both tiers.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
 
 def remove_worker_dir(app_id: str) -> None:
     """A local cluster's workers keep each application's executor folders under PySpark's `work/`;
