@@ -8,11 +8,13 @@ from pathlib import Path
 # rely on executors sharing the driver's process or memory. The crash tests' children inherit it.
 TEST_MASTER = os.environ.get("SPARKWAVE_TEST_MASTER", "local[2]")
 
-# The suite's JVMs (each pytest worker's, and every crash, chaos and CLI child's, which inherit the
-# variable) live for seconds to minutes on 2 cores, where the C2 compiler's threads took CPU from
-# the queries for code that rarely ran long enough to repay it: a dataflow crash child ran in 64-68 s
-# with C1 alone against 75-85 s. A user's long-lived Spark keeps both tiers.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# The JVMs of the crash, chaos and CLI children (which inherit the variable) live for seconds to a
+# minute on 2 cores, where the C2 compiler's threads took CPU from the queries for code that rarely
+# ran long enough to repay it: a dataflow crash child ran in 64-68 s with C1 alone against 75-85 s.
+# The pytest workers' own JVMs live for the whole run and keep both tiers (`conftest.spark`): with C1
+# alone their longer tests ran up to 1.8x slower.
+CHILD_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", CHILD_JVM_OPTS)
 
 
 def remove_worker_dir(app_id: str) -> None:

@@ -1,16 +1,25 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import sparkwave
 from sparkwave.cli.kafka_broker import Broker
 from sparkwave.core.spark import create_spark
-from tests import TEST_MASTER, remove_worker_dir
+from tests import CHILD_JVM_OPTS, TEST_MASTER, remove_worker_dir
 
 
 @pytest.fixture(scope="session")
 def spark():
-    s = create_spark(TEST_MASTER)
+    ours = os.environ.get("SPARK_SUBMIT_OPTS") == CHILD_JVM_OPTS  # for the children's JVMs, not this one
+    if ours:
+        del os.environ["SPARK_SUBMIT_OPTS"]
+    try:
+        s = create_spark(TEST_MASTER)
+    finally:
+        if ours:
+            os.environ["SPARK_SUBMIT_OPTS"] = CHILD_JVM_OPTS
     yield s
     app = s.sparkContext.applicationId
     s.stop()

@@ -50,7 +50,9 @@ def _sql(console: Console, warehouse: str, text: str) -> int:
     from pyspark.sql import DataFrame
 
     from sparkwave.frontend.session import connect
+    from sparkwave.frontend.statements import parse
 
+    parse(text)  # malformed SQL fails here, before Spark starts (about 10 s), and nothing has run
     try:
         session = connect(warehouse)
     except OwnershipError as e:  # control statements still reach the owner, through the catalog
