@@ -203,7 +203,7 @@ def run_chaos(spark, tmp_path: Path, seed: int, *, rounds: int | None, minutes: 
     r = 0
     while (rounds is None or r < rounds) and (deadline is None or time.time() < deadline):
         r += 1
-        env = {**os.environ, "SPARKWAVE_SHUFFLE_PARTITIONS": "2"}
+        env = dict(os.environ)  # two shuffle partitions, as every test JVM (tests/__init__.py)
         kill_after = None
         if rnd.random() < 0.3:
             env["SPARKWAVE_CRASH_AT"] = f"{rnd.choice(CRASH_POINTS)}:{rnd.randint(1, 3)}"
