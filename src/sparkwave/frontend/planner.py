@@ -148,6 +148,9 @@ class Planner:
         append_only = node.stateless and self.append_only(node)
         node.prune(set(node.names))  # scans read, and join sides store, only the columns the query uses
         share_common_subplans(node, self._ids)
+        for op in node.walk():
+            if isinstance(op, Join):
+                op.borrow_states()  # a join side that is an aggregate's output reads the aggregate's state
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------

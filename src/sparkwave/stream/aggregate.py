@@ -213,7 +213,7 @@ class Aggregate(Operator):
         new_rows = with_weight(new.filter(pc.greater(new_count, 0)).select(state_cols), 1)
         states.stage(sid, pa.concat_tables([old_rows.cast(new_rows.schema), new_rows]))
 
-        out_old, out_new = self._finalize(had), self._finalize(new)
+        out_old, out_new = self.finalize_table(had), self.finalize_table(new)
         if self.scalar:
             olds, news = out_old, out_new
         else:
@@ -302,7 +302,7 @@ class Aggregate(Operator):
             merged = merged.append_column(f"p{i}", _fold(o, epoch_extreme, better).cast(o.type))
         return merged.select([*new.column_names, *[f"p{i}" for i, _ in mine]])
 
-    def _finalize(self, p: pa.Table) -> pa.Table:
+    def finalize_table(self, p: pa.Table) -> pa.Table:
         """The aggregate's output rows (group, values) from partials; absent partials count as empty."""
         cols: dict[str, pa.ChunkedArray] = {g: p[g] for g in self.group}
         count = pc.fill_null(p["_count"], 0)

@@ -76,6 +76,6 @@ def _plan(scan: Scan, ancestors: list[Operator]) -> ChunkPlan | None:
             on_left = op.left is child
             if op.join_type == "full" or op.join_type == ("right" if on_left else "left"):
                 return None  # the other side's NULL-padded rows depend on every driving row
-            handed.append(op.right_state if on_left else op.left_state)
+            handed.append(op.handed_state("right" if on_left else "left"))
         child = op
     return ChunkPlan(scan, None, tuple(handed))

@@ -12,7 +12,10 @@ they pass through NULL-padded on a preserved side and are not stored. (The plann
 side's join key to NULL on rows that fail the ON clause's conditions on that side.)
 
 From a snapshot, each side's frame is both its state table's rows and the join's input, so it is
-evaluated once (`SnapshotIO.once`)."""
+evaluated once (`SnapshotIO.once`).
+
+A side that is an aggregate's output keeps no state table: it reads the aggregate's partials
+(`stream/aggregate_side.py`; `borrowed` names such sides)."""
 
 from __future__ import annotations
 
@@ -29,12 +32,14 @@ from pyspark.sql import functions as F
 from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.core.zset_frames import apply_frame, net_frame, q, semi, union_all, weighted
+from sparkwave.stream.aggregate_side import AggregateSide
 from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States, state_schema
 
 JoinType = Literal["inner", "left", "right", "full"]
 _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer"}
 _SPARK_JOIN = {"inner": "inner", "left": "left_outer", "right": "right_outer", "full": "full_outer"}
 _STATE = re.compile(r"j(\d+)([lr])")
+Side = Literal["left", "right"]
 
 
 @dataclass(kw_only=True)
@@ -47,6 +52,7 @@ class Join(Operator):
     join_type: JoinType
     left_keys: list[str]
     right_keys: list[str]
+    borrowed: tuple[Side, ...] = ()  # sides read from the aggregate below them, with no state table
 
     @property
     def inputs(self) -> list[Operator]:
@@ -58,14 +64,51 @@ class Join(Operator):
             d["left_keys"] = self.left_keys
         if self.right_keys:
             d["right_keys"] = self.right_keys
+        if self.borrowed:
+            d["borrowed"] = list(self.borrowed)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Join:
         left, right = inputs
-        return Join(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
+        join = Join(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
                     join_type=d["join_type"], left_keys=list(d.get("left_keys", [])),
-                    right_keys=list(d.get("right_keys", [])))
+                    right_keys=list(d.get("right_keys", [])), borrowed=tuple(d.get("borrowed", [])))
+        for side in join.borrowed:
+            assert join._borrowed(side) is not None, f"BUG: join {join.id}'s {side} side no longer reads an aggregate"
+        return join
+
+    def borrow_states(self) -> None:
+        """Read each side that is an aggregate's output from the aggregate's partials (planning,
+        after pruning and sharing: the shape it looks at is final)."""
+        self.borrowed = tuple(side for side in ("left", "right")
+                              if AggregateSide.of(*self._side_and_keys(side)) is not None)
+
+    def _side_and_keys(self, side: Side) -> tuple[Operator, list[str]]:
+        return (self.left, self.left_keys) if side == "left" else (self.right, self.right_keys)
+
+    def _borrowed(self, side: Side) -> AggregateSide | None:
+        return AggregateSide.of(*self._side_and_keys(side)) if side in self.borrowed else None
+
+    def _lookup(self, states: States, side: Side, keys: pa.Table) -> pa.Table:
+        """A side's rows as of the previous epoch whose join keys match a row of `keys` (named by
+        the side's join keys)."""
+        by = self._side_and_keys(side)[1]
+        if (agg := self._borrowed(side)) is not None:
+            return agg.lookup(states, by, keys)
+        return states.lookup(self._state(side), by, keys)
+
+    def _stage(self, states: States, side: Side, changes: pa.Table) -> None:
+        if side not in self.borrowed:
+            states.stage(self._state(side), changes)
+
+    def _state(self, side: Side) -> str:
+        return self.left_state if side == "left" else self.right_state
+
+    def handed_state(self, side: Side) -> str:
+        """The state table whose files carry a side's rows to a backfill's later chunks."""
+        agg = self._borrowed(side)
+        return agg.state if agg is not None else self._state(side)
 
     def prune(self, needed: set[str]) -> None:
         keep = needed | set(self.key)
@@ -83,8 +126,10 @@ class Join(Operator):
         return f"j{self.id}r"
 
     def state_tables(self) -> dict[str, Schema]:
-        return {self.left_state: state_schema(self.left.columns, self.left_keys + self.left.key),
-                self.right_state: state_schema(self.right.columns, self.right_keys + self.right.key)}
+        tables = {self.left_state: state_schema(self.left.columns, self.left_keys + self.left.key),
+                  self.right_state: state_schema(self.right.columns, self.right_keys + self.right.key)}
+        return {suffix: schema for side, (suffix, schema) in zip(("left", "right"), tables.items(), strict=True)
+                if side not in self.borrowed}
 
     @classmethod
     def state_purpose(cls, suffix: str, key: tuple[str, ...]) -> str | None:
@@ -120,12 +165,11 @@ class Join(Operator):
             return self._inner(dl, dr, states)
         keys = pa.concat_tables([distinct(dl, lk), distinct(dr, rk).rename_columns(lk).cast(distinct(dl, lk).schema)])
         keys = distinct(keys, lk)
-        l_old = states.lookup(self.left_state, lk, keys).select(left_schema.names).cast(left_schema)
-        r_old = states.lookup(self.right_state, rk, keys.rename_columns(rk)).select(right_schema.names) \
-            .cast(right_schema)
+        l_old = self._lookup(states, "left", keys).select(left_schema.names).cast(left_schema)
+        r_old = self._lookup(states, "right", keys.rename_columns(rk)).select(right_schema.names).cast(right_schema)
         l_new, r_new = apply_zset(l_old, dl), apply_zset(r_old, dr)
-        states.stage(self.left_state, dl)
-        states.stage(self.right_state, dr)
+        self._stage(states, "left", dl)
+        self._stage(states, "right", dr)
         before, after = self._join(l_old, r_old), self._join(l_new, r_new)
         out = pa.concat_tables([with_weight(before, -1), with_weight(after, 1).cast(with_weight(before, -1).schema)]
                                + [p.cast(with_weight(before, -1).schema) for p in padded])
@@ -137,12 +181,12 @@ class Join(Operator):
         new bid looks up its auction, not the auction's earlier bids)."""
         lk, rk = self.left_keys, self.right_keys
         left_schema, right_schema = self.left.arrow_schema(), self.right.arrow_schema()
-        r_old = states.lookup(self.right_state, rk, distinct(dl, lk).rename_columns(rk)) if dl.num_rows \
+        r_old = self._lookup(states, "right", distinct(dl, lk).rename_columns(rk)) if dl.num_rows \
             else right_schema.empty_table()
-        l_old = states.lookup(self.left_state, lk, distinct(dr, rk).rename_columns(lk)) if dr.num_rows \
+        l_old = self._lookup(states, "left", distinct(dr, rk).rename_columns(lk)) if dr.num_rows \
             else left_schema.empty_table()
-        states.stage(self.left_state, dl)
-        states.stage(self.right_state, dr)
+        self._stage(states, "left", dl)
+        self._stage(states, "right", dr)
         parts = [self._weighted(dl, with_weight(r_old.select(right_schema.names).cast(right_schema), 1)),
                  self._weighted(with_weight(l_old.select(left_schema.names).cast(left_schema), 1), dr),
                  self._weighted(dl, dr)]
@@ -176,27 +220,33 @@ class Join(Operator):
             return None
         lk, rk = self.left_keys, self.right_keys
         padded: list[DataFrame] = []
-        dl = self._side_change(io, dl, lk, self.left_state, self.join_type in ("left", "full"), self.right, padded)
-        dr = self._side_change(io, dr, rk, self.right_state, self.join_type in ("right", "full"), self.left, padded)
+        dl = self._side_change(io, dl, lk, "left", self.join_type in ("left", "full"), self.right, padded)
+        dr = self._side_change(io, dr, rk, "right", self.join_type in ("right", "full"), self.left, padded)
         if self.join_type == "inner":  # each side's change looks up the other side's rows of its keys
-            parts = [self._weighted_frame(dl, weighted(io.state_rows(self.right_state, (dl, lk[0], rk[0])), 1))] \
+            parts = [self._weighted_frame(dl, weighted(self._state_frame(io, "right", (dl, lk[0], rk[0])), 1))] \
                 if dl is not None else []
             if dr is not None:
-                parts.append(self._weighted_frame(weighted(io.state_rows(self.left_state, (dr, rk[0], lk[0])), 1), dr))
+                parts.append(self._weighted_frame(weighted(self._state_frame(io, "left", (dr, rk[0], lk[0])), 1), dr))
             if dl is not None and dr is not None:
                 parts.append(self._weighted_frame(dl, dr))
             return net_frame(union_all(parts))
         touched = [d.select(*[q(k).alias(f"_k{i}") for i, k in enumerate(keys)])
                    for d, keys in ((dl, lk), (dr, rk)) if d is not None]
         keys = io.shared(union_all(touched).distinct())
-        l_old = io.shared(semi(io.state_rows(self.left_state, (keys, "_k0", lk[0])), keys.toDF(*lk), lk))
-        r_old = io.shared(semi(io.state_rows(self.right_state, (keys, "_k0", rk[0])), keys.toDF(*rk), rk))
+        l_old = io.shared(semi(self._state_frame(io, "left", (keys, "_k0", lk[0])), keys.toDF(*lk), lk))
+        r_old = io.shared(semi(self._state_frame(io, "right", (keys, "_k0", rk[0])), keys.toDF(*rk), rk))
         l_new = l_old if dl is None else apply_frame(l_old, dl)
         r_new = r_old if dr is None else apply_frame(r_old, dr)
         return net_frame(union_all([weighted(self._join_frames(l_old, r_old), -1),
                                     weighted(self._join_frames(l_new, r_new), 1), *padded]))
 
-    def _side_change(self, io: FrameIO, d: DataFrame | None, keys: list[str], state: str, preserved: bool,
+    def _state_frame(self, io: FrameIO, side: Side, near: tuple[DataFrame, str, str]) -> DataFrame:
+        """A side's rows as of `prev` near a change's keys (`FrameIO.state_rows`)."""
+        if (agg := self._borrowed(side)) is not None:
+            return agg.frame(io, near)
+        return io.state_rows(self._state(side), near)
+
+    def _side_change(self, io: FrameIO, d: DataFrame | None, keys: list[str], side: Side, preserved: bool,
                      other: Operator, padded: list[DataFrame]) -> DataFrame | None:
         """A side's change (persisted), its rows with a NULL join key padded into `padded` if the
         side is preserved, and the rest, which its state stages and the join matches."""
@@ -206,7 +256,8 @@ class Join(Operator):
         if preserved:
             padded.append(self._pad_frame(d.where(_any_null(keys)), other))
         d = _matchable(d, keys)
-        io.stage_frame(state, d)
+        if side not in self.borrowed:
+            io.stage_frame(self._state(side), d)
         return d
 
     def _weighted_frame(self, left: DataFrame, right: DataFrame) -> DataFrame:
@@ -233,18 +284,20 @@ class Join(Operator):
 
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
-        left, right = self._side(io, self.left, self.left_state, self.left_keys), \
-            self._side(io, self.right, self.right_state, self.right_keys)
-        return self._join_frames(left, right)
+        return self._join_frames(self._side(io, "left"), self._side(io, "right"))
 
-    def _side(self, io: SnapshotIO, side: Operator, state: str, keys: list[str]) -> DataFrame:
+    def _side(self, io: SnapshotIO, side: Side) -> DataFrame:
         """A side's rows, and its state table's. A side handed over by an earlier chunk (its state
-        as written then: only matchable rows, which is all a side the join does not preserve needs)
-        is neither evaluated nor written again."""
-        if state in io.sides:
-            return io.sides[state]
-        rows = io.once(side)
-        io.state_rows[state] = _matchable(rows, keys)
+        as written then: only matchable rows, which is all a side the join does not preserve needs;
+        a borrowed side's aggregate's partials) is neither evaluated nor written again."""
+        op, keys = self._side_and_keys(side)
+        handed = self.handed_state(side)
+        agg = self._borrowed(side)
+        if handed in io.sides:
+            return io.sides[handed] if agg is None else agg.rows(io.sides[handed])
+        rows = io.once(op)
+        if agg is None:
+            io.state_rows[handed] = _matchable(rows, keys)
         return rows
 
 

@@ -81,7 +81,7 @@ class Project(Operator):
         child = self.input.delta(io)
         if child is None or child.num_rows == 0:
             return None
-        return self.apply(child, io.spark, root=root)
+        return self.apply(child, None if self.is_rename and not root else io.spark, root=root)
 
     def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
         if self.stateless:
