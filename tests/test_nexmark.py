@@ -41,6 +41,8 @@ def test_nexmark_queries_equal_duckdb_created_before_and_mid_stream(spark, tmp_p
         # q5 spells its count per (auction, window) twice: planned once, shared by both join sides
         ops = from_json(s.catalog.relation("q5").definition["dataflow"]).walk()
         assert [o.op for o in ops].count("share") == 1 and [o.op for o in ops].count("agg") == 2
+        # and both its join's sides are aggregates' outputs: the join reads their partials, keeps no copy
+        assert not [t for t in s.catalog.relation("q5").definition["states"] if t.startswith("j")]
 
         s.sql("SET background_ddl = true; SET backfill_chunk_rows = 2000")  # a few chunks each
         for q, sql in QUERIES.items():

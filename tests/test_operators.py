@@ -16,8 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from sparkwave.core.errors import CatalogError
 from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.stream.aggregate import Agg, Aggregate
+from sparkwave.stream.aggregate_side import AggregateSide
 from sparkwave.stream.join import Join, JoinType
 from sparkwave.stream.operator import EpochIO
 from sparkwave.stream.over import SIDE, OverWindow
@@ -717,17 +719,22 @@ def _counts_and_their_max(join_type: JoinType) -> tuple[_Feed, Join]:
     return leaf, join
 
 
-@pytest.mark.parametrize("join_type", ["inner", "left", "full"])
+@pytest.mark.parametrize("join_type", ["inner", "left", "right", "full"])
 def test_a_join_side_that_is_an_aggregate_reads_its_partials_instead_of_a_copy(join_type: JoinType) -> None:
     """Each side is an aggregate's output, keyed by the join key first: the join keeps no state
     table of its own (the aggregates' partials stand for both), and its output equals, epoch by
     epoch, that of the same join keeping both copies, and the join evaluated from scratch."""
     leaf, join = _counts_and_their_max(join_type)
     join.borrow_states()
-    assert join.borrowed == ("left", "right")
+    assert {side: a.agg.id for side, a in join.aggregate_sides.items()} == {"left": 2, "right": 5}
     assert set(state_schemas(join)) == {"a2", "a5", "a5v0"}  # no j6l, j6r
     stored = from_json(join.to_json())
-    assert isinstance(stored, Join) and stored.borrowed == ("left", "right") and stored.to_json() == join.to_json()
+    assert isinstance(stored, Join) and list(stored.aggregate_sides) == ["left", "right"]
+    assert stored.to_json() == join.to_json()
+    stale = join.to_json()
+    stale["borrowed"]["right"] = 2  # a stored plan this version would read otherwise
+    with pytest.raises(CatalogError, match="join 6 reads its right side from aggregate 2"):
+        from_json(stale)
     twin_leaf, twin = _counts_and_their_max(join_type)
     assert set(state_schemas(twin)) == {"a2", "a5", "a5v0", "j6l", "j6r"}
 
@@ -762,3 +769,19 @@ def test_a_join_side_that_is_an_aggregate_reads_its_partials_instead_of_a_copy(j
         maxima = aggregate_from_scratch(join.right, Counter({(g, n, d): w for (g, d, n), w in counts.items()}))  # type: ignore[arg-type]
         assert out == join_from_scratch(join, counts, maxima)
     assert states.contents("a2") == twin_states.contents("a2") and "j6l" not in states.rows
+
+
+def test_a_side_keeps_its_own_state_unless_the_aggregate_can_stand_for_it() -> None:
+    """Not borrowed: a join key that is an aggregate's value, one that is not the group's first
+    column, two join keys renaming one group column, a filtered (HAVING) or computed projection."""
+    _, join = _counts_and_their_max("inner")
+    counts = join.left
+    assert AggregateSide.of(counts, ["c1_g", "c1_d"]) is not None
+    assert AggregateSide.of(counts, ["c2_n"]) is None and AggregateSide.of(counts, ["c1_d"]) is None
+    twice = Project(7, [("c7_a", "int"), ("c7_b", "int"), ("c7_n", "bigint")], ["c7_a"], input=counts,
+                    exprs=[("c7_a", "`c1_g`"), ("c7_b", "`c1_g`"), ("c7_n", "`c2_n`")])
+    assert AggregateSide.of(twice, ["c7_a"]) is not None and AggregateSide.of(twice, ["c7_a", "c7_b"]) is None
+    having = Project(8, twice.columns, ["c7_a"], input=counts, exprs=twice.exprs, predicate="`c2_n` > 1")
+    computed = Project(9, twice.columns, ["c7_a"], input=counts,
+                       exprs=[("c7_a", "`c1_g` + 1"), ("c7_b", "`c1_g`"), ("c7_n", "`c2_n`")])
+    assert AggregateSide.of(having, ["c7_a"]) is None and AggregateSide.of(computed, ["c7_a"]) is None

@@ -7,10 +7,11 @@ the aggregate's group (whose partials state is sorted by it), that state table w
 the aggregate's live groups, finalized, in the same order: Nexmark q5's counts per window and
 auction (7.3M rows for 1.5M bids) and its maximum count per window. The side then reads the
 partials state as of the previous epoch, finalizes the groups it finds and renames their columns;
-the aggregate alone stages them. It is what RisingWave calls sharing an arrangement.
+the aggregate alone stages them: one arrangement serving two operators, as Differential Dataflow
+and Materialize share arrangements.
 
-The planner decides it once (`Join.borrow_states`) and the stored plan records it, so a plan keeps
-the state tables it was created with."""
+The planner decides it once (`Join.borrow_states`) and the stored plan records it (the aggregate's
+id per side), so a plan keeps the state tables it was created with."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from sparkwave.stream.share import Share
 
 @dataclass(frozen=True)
 class AggregateSide:
+    """A join side read from `agg`'s partials, its columns renamed by `names`."""
+
     agg: Aggregate
     names: dict[str, str]  # the side's column -> the aggregate's output column
 
@@ -45,8 +48,9 @@ class AggregateSide:
             op = op.inputs[0]
         if not isinstance(op, Aggregate) or op.scalar or not op.group:
             return None
-        if not keys or names[keys[0]] != op.group[0] or any(names[k] not in op.group for k in keys):
-            return None
+        mapped = [names[k] for k in keys]
+        if not mapped or mapped[0] != op.group[0] or not set(mapped) <= set(op.group) or len(set(mapped)) < len(keys):
+            return None  # (two join keys renaming one group column would look it up twice)
         return AggregateSide(op, names)
 
     @property

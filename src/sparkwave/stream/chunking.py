@@ -35,7 +35,7 @@ PARTIAL = "#partial"  # a chunk's files of an aggregate's partials (`<table>#par
 class ChunkPlan:
     driving: Scan
     aggregate: Aggregate | None  # the lowest aggregate above the driving scan, if any
-    handed: tuple[str, ...]  # state suffixes of the join sides evaluated once, in the first chunk
+    handed: tuple[str, ...]  # state suffixes carrying the join sides evaluated once, in the first chunk
 
     @property
     def merges(self) -> bool:

@@ -15,12 +15,12 @@ From a snapshot, each side's frame is both its state table's rows and the join's
 evaluated once (`SnapshotIO.once`).
 
 A side that is an aggregate's output keeps no state table: it reads the aggregate's partials
-(`stream/aggregate_side.py`; `borrowed` names such sides)."""
+(`stream/aggregate_side.py`, `Join.aggregate_sides`)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -29,6 +29,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkwave.core.errors import CatalogError
 from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.core.zset_frames import apply_frame, net_frame, q, semi, union_all, weighted
@@ -52,7 +53,8 @@ class Join(Operator):
     join_type: JoinType
     left_keys: list[str]
     right_keys: list[str]
-    borrowed: tuple[Side, ...] = ()  # sides read from the aggregate below them, with no state table
+    # the sides read from the aggregate below them, which keep no state table (`borrow_states`)
+    aggregate_sides: dict[Side, AggregateSide] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def inputs(self) -> list[Operator]:
@@ -64,8 +66,8 @@ class Join(Operator):
             d["left_keys"] = self.left_keys
         if self.right_keys:
             d["right_keys"] = self.right_keys
-        if self.borrowed:
-            d["borrowed"] = list(self.borrowed)
+        if self.aggregate_sides:  # the aggregate each reads, by id
+            d["borrowed"] = {side: a.agg.id for side, a in self.aggregate_sides.items()}
         return d
 
     @classmethod
@@ -73,33 +75,34 @@ class Join(Operator):
         left, right = inputs
         join = Join(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
                     join_type=d["join_type"], left_keys=list(d.get("left_keys", [])),
-                    right_keys=list(d.get("right_keys", [])), borrowed=tuple(d.get("borrowed", [])))
-        for side in join.borrowed:
-            assert join._borrowed(side) is not None, f"BUG: join {join.id}'s {side} side no longer reads an aggregate"
+                    right_keys=list(d.get("right_keys", [])))
+        for side, agg_id in d.get("borrowed", {}).items():
+            found = AggregateSide.of(*join._side_and_keys(side))
+            if found is None or found.agg.id != agg_id:
+                raise CatalogError(f"the stored plan's join {join.id} reads its {side} side from aggregate {agg_id}'s "
+                                   "state, which this version of sparkwave does not; recreate the materialized view")
+            join.aggregate_sides[side] = found
         return join
 
     def borrow_states(self) -> None:
         """Read each side that is an aggregate's output from the aggregate's partials (planning,
         after pruning and sharing: the shape it looks at is final)."""
-        self.borrowed = tuple(side for side in ("left", "right")
-                              if AggregateSide.of(*self._side_and_keys(side)) is not None)
+        self.aggregate_sides = {side: found for side in ("left", "right")
+                                if (found := AggregateSide.of(*self._side_and_keys(side))) is not None}
 
     def _side_and_keys(self, side: Side) -> tuple[Operator, list[str]]:
         return (self.left, self.left_keys) if side == "left" else (self.right, self.right_keys)
-
-    def _borrowed(self, side: Side) -> AggregateSide | None:
-        return AggregateSide.of(*self._side_and_keys(side)) if side in self.borrowed else None
 
     def _lookup(self, states: States, side: Side, keys: pa.Table) -> pa.Table:
         """A side's rows as of the previous epoch whose join keys match a row of `keys` (named by
         the side's join keys)."""
         by = self._side_and_keys(side)[1]
-        if (agg := self._borrowed(side)) is not None:
+        if (agg := self.aggregate_sides.get(side)) is not None:
             return agg.lookup(states, by, keys)
         return states.lookup(self._state(side), by, keys)
 
     def _stage(self, states: States, side: Side, changes: pa.Table) -> None:
-        if side not in self.borrowed:
+        if side not in self.aggregate_sides:
             states.stage(self._state(side), changes)
 
     def _state(self, side: Side) -> str:
@@ -107,7 +110,7 @@ class Join(Operator):
 
     def handed_state(self, side: Side) -> str:
         """The state table whose files carry a side's rows to a backfill's later chunks."""
-        agg = self._borrowed(side)
+        agg = self.aggregate_sides.get(side)
         return agg.state if agg is not None else self._state(side)
 
     def prune(self, needed: set[str]) -> None:
@@ -126,10 +129,10 @@ class Join(Operator):
         return f"j{self.id}r"
 
     def state_tables(self) -> dict[str, Schema]:
-        tables = {self.left_state: state_schema(self.left.columns, self.left_keys + self.left.key),
-                  self.right_state: state_schema(self.right.columns, self.right_keys + self.right.key)}
-        return {suffix: schema for side, (suffix, schema) in zip(("left", "right"), tables.items(), strict=True)
-                if side not in self.borrowed}
+        sides: tuple[Side, ...] = ("left", "right")
+        return {self._state(side): state_schema(op.columns, keys + op.key)
+                for side in sides if side not in self.aggregate_sides
+                for op, keys in [self._side_and_keys(side)]}
 
     @classmethod
     def state_purpose(cls, suffix: str, key: tuple[str, ...]) -> str | None:
@@ -242,7 +245,7 @@ class Join(Operator):
 
     def _state_frame(self, io: FrameIO, side: Side, near: tuple[DataFrame, str, str]) -> DataFrame:
         """A side's rows as of `prev` near a change's keys (`FrameIO.state_rows`)."""
-        if (agg := self._borrowed(side)) is not None:
+        if (agg := self.aggregate_sides.get(side)) is not None:
             return agg.frame(io, near)
         return io.state_rows(self._state(side), near)
 
@@ -256,7 +259,7 @@ class Join(Operator):
         if preserved:
             padded.append(self._pad_frame(d.where(_any_null(keys)), other))
         d = _matchable(d, keys)
-        if side not in self.borrowed:
+        if side not in self.aggregate_sides:
             io.stage_frame(self._state(side), d)
         return d
 
@@ -292,7 +295,7 @@ class Join(Operator):
         a borrowed side's aggregate's partials) is neither evaluated nor written again."""
         op, keys = self._side_and_keys(side)
         handed = self.handed_state(side)
-        agg = self._borrowed(side)
+        agg = self.aggregate_sides.get(side)
         if handed in io.sides:
             return io.sides[handed] if agg is None else agg.rows(io.sides[handed])
         rows = io.once(op)

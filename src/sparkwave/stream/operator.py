@@ -183,7 +183,8 @@ class SnapshotIO:
 
     A chunk of a backfill reads only the rows of `vnodes`: of every scan in a stateless tree, of the
     `driving` scan alone in a stateful one (`stream/chunking.py`). A chunk may be handed a join
-    side's rows (`sides`, by the side's state suffix) or an operator's whole output (`outputs`, by
+    side's rows (`sides`, by the side's state suffix, or its aggregate's partials for a side read
+    from them) or an operator's whole output (`outputs`, by
     operator id: an aggregate's from merged partials, a share's first evaluation) computed before,
     instead of evaluating that subtree again."""
 

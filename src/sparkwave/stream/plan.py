@@ -5,7 +5,8 @@ and the state tables of a tree.
   TUMBLE/HOP window, a pushed-down predicate and projections, all evaluated by Spark.
 - `Project` (`stream/project.py`): Spark expressions and a predicate over its input's columns.
 - `Join` (`stream/join.py`): an equi-join of two inputs (inner, left, right, full), with a state
-  table per side arranged by join key.
+  table per side arranged by join key, except a side that is an aggregate's output, which reads the
+  aggregate's partials (`stream/aggregate_side.py`).
 - `Aggregate` (`stream/aggregate.py`): GROUP BY with count/sum/avg/min/max/count distinct, a state
   table of partials per group and, for min/max/count distinct, one of value counts per (group, value).
 - `Values` (`stream/values.py`): constant rows, evaluated once.
@@ -20,7 +21,9 @@ The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`
 Stored JSON, per operator (warehouses keep it, so it does not change):
 `{"id", "op", "columns": [[name, type]...], "key", "inputs": [...]}` plus the operator's own fields,
 `op` being "scan" | "project" | "join" | "agg" | "over" | "values" | "share". A share's input is
-stored under each of its parents."""
+stored under each of its parents. Fields were only ever added, never changed; a version that
+predates one cannot run a plan that uses it (a join's `borrowed` sides: it would look for state
+tables the plan does not have)."""
 
 from __future__ import annotations
 
@@ -58,9 +61,10 @@ def from_json(d: dict[str, Any], shares: dict[int, Operator] | None = None) -> O
 
 def state_schemas(root: Operator) -> dict[str, Schema]:
     """The state tables of a tree by suffix, inputs first: `j<id>l` / `j<id>r` per join side (its
-    rows, keyed by join key first), `a<id>` per aggregate (partials per group) and `a<id>v<n>` per
-    value an aggregate counts per group (for min, max, count distinct), `w<id>` per window operator
-    (its input's rows, keyed by partition first)."""
+    rows, keyed by join key first; none for a side read from an aggregate's partials), `a<id>` per
+    aggregate (partials per group) and `a<id>v<n>` per value an aggregate counts per group (for
+    min, max, count distinct), `w<id>` per window operator (its input's rows, keyed by partition
+    first)."""
     return {suffix: schema for op in root.walk() for suffix, schema in op.state_tables().items()}
 
 
