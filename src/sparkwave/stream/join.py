@@ -41,6 +41,7 @@ _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer",
 _SPARK_JOIN = {"inner": "inner", "left": "left_outer", "right": "right_outer", "full": "full_outer"}
 _STATE = re.compile(r"j(\d+)([lr])")
 Side = Literal["left", "right"]
+SIDES: tuple[Side, ...] = ("left", "right")
 
 
 @dataclass(kw_only=True)
@@ -87,7 +88,7 @@ class Join(Operator):
     def borrow_states(self) -> None:
         """Read each side that is an aggregate's output from the aggregate's partials (planning,
         after pruning and sharing: the shape it looks at is final)."""
-        self.aggregate_sides = {side: found for side in ("left", "right")
+        self.aggregate_sides = {side: found for side in SIDES
                                 if (found := AggregateSide.of(*self._side_and_keys(side))) is not None}
 
     def _side_and_keys(self, side: Side) -> tuple[Operator, list[str]]:
@@ -129,10 +130,12 @@ class Join(Operator):
         return f"j{self.id}r"
 
     def state_tables(self) -> dict[str, Schema]:
-        sides: tuple[Side, ...] = ("left", "right")
-        return {self._state(side): state_schema(op.columns, keys + op.key)
-                for side in sides if side not in self.aggregate_sides
-                for op, keys in [self._side_and_keys(side)]}
+        out: dict[str, Schema] = {}
+        for side in SIDES:
+            if side not in self.aggregate_sides:
+                op, keys = self._side_and_keys(side)
+                out[self._state(side)] = state_schema(op.columns, keys + op.key)
+        return out
 
     @classmethod
     def state_purpose(cls, suffix: str, key: tuple[str, ...]) -> str | None:
