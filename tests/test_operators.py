@@ -693,20 +693,12 @@ def test_a_shared_change_is_evaluated_once_per_epoch() -> None:
 
 
 # --- a join side read from the aggregate below it -----------------------------------------------------
-@dataclass(kw_only=True)
-class _Feed(Values):
-    """A leaf whose change is whatever the test sets before each epoch."""
-
-    change: pa.Table | None = None
-
-    def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
-        return self.change
-
-
-def _counts_and_their_max(join_type: JoinType) -> tuple[_Feed, Join]:
+def _counts_and_their_max(join_type: JoinType) -> tuple[_Fixed, Join]:
     """q5's shape: counts per (g, d) joined on g with the largest count per g, both sides an
     aggregate's output (the second through a renaming projection of the shared first)."""
-    leaf = _Feed(1, [("c1_g", "int"), ("c1_d", "int"), ("c1_id", "int")], ["c1_id"], rows=[])
+    cols = [("c1_g", "int"), ("c1_d", "int"), ("c1_id", "int")]
+    nothing = pa.schema([*[(n, pa.int32()) for n, _ in cols], WF]).empty_table()  # set per epoch by the test
+    leaf = _Fixed(1, cols, ["c1_id"], rows=[], change=nothing)
     counts = Aggregate(2, [("c1_g", "int"), ("c1_d", "int"), ("c2_n", "bigint")], ["c1_g", "c1_d"], input=leaf,
                        group=["c1_g", "c1_d"], aggs=[Agg("count_star", None, "c2_n", "bigint")])
     share = Share(3, counts.columns, counts.key, input=counts)
@@ -763,7 +755,7 @@ def test_a_join_side_that_is_an_aggregate_reads_its_partials_instead_of_a_copy(j
         want = twin.delta(EpochIO(rt=None, inputs={}, state=twin_states))  # type: ignore[arg-type]
         states.commit()
         twin_states.commit()
-        assert as_counter(got) == as_counter(want) if got is not None and want is not None else got is want is None
+        assert (got is None) == (want is None) and (got is None or as_counter(got) == as_counter(want))
         fed, out = add(fed, as_counter(leaf.change)), add(out, as_counter(got) if got is not None else Counter())
         counts = aggregate_from_scratch(join.left.inputs[0], fed)  # type: ignore[arg-type]
         maxima = aggregate_from_scratch(join.right, Counter({(g, n, d): w for (g, d, n), w in counts.items()}))  # type: ignore[arg-type]

@@ -226,8 +226,8 @@ class Join(Operator):
             return None
         lk, rk = self.left_keys, self.right_keys
         padded: list[DataFrame] = []
-        dl = self._side_change(io, dl, lk, "left", self.join_type in ("left", "full"), self.right, padded)
-        dr = self._side_change(io, dr, rk, "right", self.join_type in ("right", "full"), self.left, padded)
+        dl = self._side_change(io, dl, "left", padded)
+        dr = self._side_change(io, dr, "right", padded)
         if self.join_type == "inner":  # each side's change looks up the other side's rows of its keys
             parts = [self._weighted_frame(dl, weighted(self._state_frame(io, "right", (dl, lk[0], rk[0])), 1))] \
                 if dl is not None else []
@@ -252,15 +252,15 @@ class Join(Operator):
             return agg.frame(io, near)
         return io.state_rows(self._state(side), near)
 
-    def _side_change(self, io: FrameIO, d: DataFrame | None, keys: list[str], side: Side, preserved: bool,
-                     other: Operator, padded: list[DataFrame]) -> DataFrame | None:
+    def _side_change(self, io: FrameIO, d: DataFrame | None, side: Side, padded: list[DataFrame]) -> DataFrame | None:
         """A side's change (persisted), its rows with a NULL join key padded into `padded` if the
         side is preserved, and the rest, which its state stages and the join matches."""
         if d is None:
             return None
         d = io.shared(d)
-        if preserved:
-            padded.append(self._pad_frame(d.where(_any_null(keys)), other))
+        keys = self._side_and_keys(side)[1]
+        if self.join_type in (side, "full"):  # a preserved side
+            padded.append(self._pad_frame(d.where(_any_null(keys)), self.right if side == "left" else self.left))
         d = _matchable(d, keys)
         if side not in self.aggregate_sides:
             io.stage_frame(self._state(side), d)
