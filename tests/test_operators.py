@@ -27,6 +27,7 @@ from sparkwave.stream.plan import from_json, state_purpose, state_schemas
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan, Window
 from sparkwave.stream.share import Share
+from sparkwave.stream.table_side import TableSide
 from sparkwave.stream.values import Values
 from tests.chunks import MemoryStates, Row, W, add, as_counter, zset
 
@@ -777,3 +778,37 @@ def test_a_side_keeps_its_own_state_unless_the_aggregate_can_stand_for_it() -> N
     computed = Project(9, twice.columns, ["c7_a"], input=counts,
                        exprs=[("c7_a", "`c1_g` + 1"), ("c7_b", "`c1_g`"), ("c7_n", "`c2_n`")])
     assert AggregateSide.of(having, ["c7_a"]) is None and AggregateSide.of(computed, ["c7_a"]) is None
+
+
+def test_a_side_that_is_an_append_only_tables_rows_keeps_them_under_its_names() -> None:
+    """A side that is a scan of an append-only table, through renames, keeps its state under the
+    table's column names (so that a backfill can link the table's files as that state; the Spark
+    tests in test_linked_state.py check its rows); a stored plan keeps it or is refused. Not
+    linked: a table that is not append-only, a windowed or filtered scan, a computed projection,
+    two side columns of one table column."""
+    left = scan(1, "l", [("c1_id", "int"), ("c1_k", "int"), ("c1_v", "varchar")], ["c1_id"])
+    renamed = Project(3, [("c3_kk", "int"), ("c3_id", "int")], ["c3_id"], input=left,
+                      exprs=[("c3_kk", "`c1_k`"), ("c3_id", "`c1_id`")])
+    right = scan(2, "r", [("c2_id", "int"), ("c2_k", "int")], ["c2_id"])
+    join = Join(4, renamed.columns + right.columns, renamed.key + right.key, left=renamed, right=right,
+                join_type="left", left_keys=["c3_kk"], right_keys=["c2_k"])
+    join.link_tables(lambda name: name == "l")
+    assert {side: t.relation for side, t in join.table_sides.items()} == {"left": "l"}
+    assert state_schemas(join)["j4l"].names == ["k", "id"] and state_schemas(join)["j4l"].key == ("k", "id")
+    assert state_schemas(join)["j4r"].names == ["c2_id", "c2_k"]
+    stored = from_json(join.to_json())
+    assert isinstance(stored, Join) and stored.table_sides == join.table_sides
+    stale = join.to_json()
+    stale["linked"]["left"] = "r"
+    with pytest.raises(CatalogError, match="join 4 keeps its left side as 'r'"):
+        from_json(stale)
+
+    join.link_tables(lambda name: False)
+    assert not join.table_sides
+    windowed = Scan(5, left.columns, left.key, relation="l", exprs=left.exprs, window=Window("tumble", "t", 10))
+    filtered = Scan(6, left.columns, left.key, relation="l", exprs=left.exprs, predicate="`c1_k` > 1")
+    computed = Project(7, [("c7_k", "int")], ["c7_k"], input=left, exprs=[("c7_k", "`c1_k` + 1")])
+    twice = Project(8, [("c8_a", "int"), ("c8_b", "int")], ["c8_a"], input=left,
+                    exprs=[("c8_a", "`c1_k`"), ("c8_b", "`c1_k`")])
+    assert [TableSide.of(op, "j9l") for op in (windowed, filtered, computed, twice)] == [None] * 4
+    assert TableSide.of(Share(10, left.columns, left.key, input=left), "j9l") is not None

@@ -151,6 +151,7 @@ class Planner:
         for op in node.walk():
             if isinstance(op, Join):
                 op.borrow_states()  # a join side that is an aggregate's output reads the aggregate's state
+                op.link_tables(lambda name: self._linkable(name))  # one of a table's rows keeps them as they are
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------
@@ -365,6 +366,12 @@ class Planner:
 
     def relation(self, name: str) -> Relation:
         return self.lookup(name)  # a creating one too: the session refuses it, naming its job
+
+    def _linkable(self, name: str) -> bool:
+        """Whether a relation's snapshot files are its rows: an append-only table or MV (a source
+        stores nothing)."""
+        rel = self.relation(name)
+        return rel.kind != "source" and rel.schema.append_only
 
     def append_only(self, op: Operator) -> bool:
         """Whether `op`'s output only ever gains rows: scans of append-only tables, the projections

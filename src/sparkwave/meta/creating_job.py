@@ -61,6 +61,7 @@ from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.compaction import write_base_files
+from sparkwave.storage.links import Linked, link_base_files
 from sparkwave.storage.state import state_name, state_relations
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
 from sparkwave.stream.dataflow import Dataflow
@@ -220,7 +221,7 @@ class CreatingJob:
         return plan is not None and plan.merges and first is not None and first.hi < VNODES
 
     def _chunk(self, job: JobRow, rel: Relation, flow: Dataflow, lo: int, hi: int, rows: int,
-               build: Callable[[], Mapping[str, DataFrame | pa.Table]], *, skip: bool = False) -> Step:
+               build: Callable[[], Mapping[str, DataFrame | pa.Table | Linked]], *, skip: bool = False) -> Step:
         """One chunk: recorded in flight, its tables built and written as files (concurrently), then
         recorded done with them (a crash in between re-reads only this chunk)."""
         s = job.snapshot_epoch
@@ -233,11 +234,14 @@ class CreatingJob:
             if self.chunk_hook:
                 self.chunk_hook(lo, hi)
             @inheritable_thread_target(self.rt.spark)  # the job's pool and job group: a cancel stops the writes
-            def write(i: int, name: str, df: DataFrame | pa.Table) -> list[str]:
+            def write(i: int, name: str, df: DataFrame | pa.Table | Linked) -> list[str]:
                 t = self.rt.relation(name.removesuffix(PARTIAL))
+                staging, prefix = f"_backfill_{lo}_t{i}", f"s{s}-v{lo:03d}-t{i}-"
+                if isinstance(df, Linked):
+                    return link_base_files(self.rt, t, df, staging, prefix)[0]
                 whole = name.endswith(PARTIAL)  # read whole by the merge: neither sorted nor indexed
                 rows = df if isinstance(df, pa.Table) else self._share(df)
-                return write_base_files(self.rt, t, rows, f"_backfill_{lo}_t{i}", f"s{s}-v{lo:03d}-t{i}-",
+                return write_base_files(self.rt, t, rows, staging, prefix,
                                         sort=not (flow.root.stateless or whole), cluster=False, lookups=not whole)[0]
 
             try:  # the tables are written concurrently, so that their Spark jobs' fixed costs overlap

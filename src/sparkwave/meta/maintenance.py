@@ -11,6 +11,7 @@ from sparkwave.core.catalog import Relation
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.settings import Settings
 from sparkwave.storage.compaction import compact
+from sparkwave.storage.links import is_linked
 from sparkwave.storage.retention import apply_retention
 from sparkwave.storage.store import Store
 
@@ -59,8 +60,8 @@ class Maintenance:
                         return
                     base = catalog.base_at(rel.name, epoch)
                     n, _ = catalog.log_rows_since(rel.name, base.epoch if base else 0)
-                    if n >= threshold:
-                        self.run(rel, epoch)
+                    if n >= threshold or (base is not None and base.epoch < epoch and is_linked(base.files)):
+                        self.run(rel, epoch)  # a linked base: lookups wait for its sorted copy
                 catalog.prune_history()
             except Exception:
                 log.exception("compaction failed; it will be retried")

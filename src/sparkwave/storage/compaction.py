@@ -19,10 +19,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.crash import crash_point
 from sparkwave.storage import key_index
+from sparkwave.storage.links import Linked, is_linked, link_base_files
 from sparkwave.storage.store import Store
 
 log = logging.getLogger("sparkwave.compaction")
@@ -120,12 +122,15 @@ def _write_local(rows: pa.Table, staging: os.PathLike[str], order: list[str], lo
                    row_group_size=STATE_ROW_GROUP_ROWS if lookup_groups else None)
 
 
-def write_base(rt: Store, rel: Relation, df: DataFrame | pa.Table, epoch: int, *, crash_name: str = "mid_compaction",
-               record: bool = True) -> BaseFiles:
-    """Write `df` (`| _vnode | columns |`) as `rel`'s base as of `epoch`. With `record`, the catalog
-    records it; otherwise the caller records it in its own transaction (a new MV's)."""
+def write_base(rt: Store, rel: Relation, df: DataFrame | pa.Table | Linked, epoch: int, *,
+               crash_name: str = "mid_compaction", record: bool = True) -> BaseFiles:
+    """Write `df` (`| _vnode | columns |`, or another relation's files to link) as `rel`'s base as
+    of `epoch`. With `record`, the catalog records it; otherwise the caller records it in its own
+    transaction (a new MV's)."""
     stored = rt.stored(rel)
-    files, rows = write_base_files(rt, rel, df, f"_staging_c{epoch}", stored.base_file_prefix(epoch))
+    staging, prefix = f"_staging_c{epoch}", stored.base_file_prefix(epoch)
+    files, rows = link_base_files(rt, rel, df, staging, prefix) if isinstance(df, Linked) else \
+        write_base_files(rt, rel, df, staging, prefix)
     crash_point(crash_name)
     version = stored.commit_base(epoch, files, rows)
     crash_point(crash_name + "_after_delta")
@@ -140,8 +145,12 @@ def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     base = rt.catalog.base_at(rel.name, epoch)
     since = base.epoch if base else 0
     n_epochs, _ = rt.catalog.log_rows_since(rel.name, since)
-    if n_epochs == 0 or (base and base.epoch == epoch):
-        return False
+    if (n_epochs == 0 and not (base and is_linked(base.files))) or (base and base.epoch == epoch):
+        return False  # (a linked base is due without a log: `links.py`)
     rows = rt.local_snapshot(rel, epoch)
-    write_base(rt, rel, rt.snapshot(rel, epoch) if rows is None else rows, epoch)
+    if rel.kind == "state":  # a state's rows all go to vnode 0 (a linked base's carry their table's)
+        write_base(rt, rel, rt.snapshot(rel, epoch).withColumn("_vnode", F.lit(0).cast("smallint")) if rows is None
+                   else rows.set_column(0, "_vnode", pa.array([0] * rows.num_rows, pa.int16())), epoch)
+    else:
+        write_base(rt, rel, rt.snapshot(rel, epoch) if rows is None else rows, epoch)
     return True

@@ -3,7 +3,8 @@
 
 Their rows all go to vnode 0: no backfill reads them by vnode range, and so their bases are sorted
 by key alone (join key or group first), which lets a lookup's Parquet row-group statistics skip
-most of a large state."""
+most of a large state. A base a backfill linked from a table's files (`links.py`) is neither, until
+its first compaction."""
 
 from __future__ import annotations
 

@@ -22,9 +22,8 @@ from pyspark.sql import DataFrame
 
 from sparkwave.core.zset_frames import q
 from sparkwave.stream.aggregate import Aggregate
-from sparkwave.stream.operator import FrameIO, Operator, States, column_ref
-from sparkwave.stream.project import Project
-from sparkwave.stream.share import Share
+from sparkwave.stream.operator import FrameIO, Operator, States
+from sparkwave.stream.project import renames_below
 
 
 @dataclass(frozen=True)
@@ -39,13 +38,7 @@ class AggregateSide:
         """The aggregate under `side` whose partials can stand for the side's state, if there is one:
         only renames and shares in between, every join key one of its group columns, the first
         join key its first (what lookups prune the partials' row groups by)."""
-        names = {n: n for n in side.names}
-        op = side
-        while isinstance(op, Share) or (isinstance(op, Project) and op.is_rename):
-            if isinstance(op, Project):
-                refs = {n: column_ref(e) or "" for n, e in op.exprs}
-                names = {s: refs[c] for s, c in names.items()}
-            op = op.inputs[0]
+        op, names = renames_below(side)
         if not isinstance(op, Aggregate) or op.scalar or not op.group:
             return None
         mapped = [names[k] for k in keys]

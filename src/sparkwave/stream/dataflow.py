@@ -32,12 +32,14 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
+from sparkwave.storage.links import Linked, linkable
 from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import EmptyStateIO, StateIO, state_name
 from sparkwave.storage.store import Store
 from sparkwave.storage.table import StagedLog, base_arrow_schema, base_spark_ddl
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan
+from sparkwave.stream.join import Join
 from sparkwave.stream.materialize import Materialize
 from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, FrameIO, SnapshotIO, collect
 from sparkwave.stream.plan import from_json, state_schemas
@@ -104,7 +106,7 @@ class Dataflow:
                 out[e] = rows
         return out
 
-    def build(self, epoch: int, vnodes: tuple[int, int] | None = None) -> dict[str, DataFrame]:
+    def build(self, epoch: int, vnodes: tuple[int, int] | None = None) -> dict[str, DataFrame | Linked]:
         """Every table of the MV (its own rows, then each state table) as `| _vnode | columns |`
         DataFrames over the upstreams' snapshots at `epoch`; with `vnodes`, only the upstream rows
         of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
@@ -138,7 +140,7 @@ class Dataflow:
         return out
 
     def build_chunk(self, epoch: int, plan: ChunkPlan, vnodes: tuple[int, int],
-                    sides: dict[str, list[str]]) -> dict[str, DataFrame]:
+                    sides: dict[str, list[str]]) -> dict[str, DataFrame | Linked]:
         """A stateful tree's tables over the driving scan's rows of `vnodes` (and the other scans'
         whole snapshots): with an aggregate above the driving scan, its partials and value counts
         (as `<table>#partial`) and the state below it; else the MV's rows and every state table's.
@@ -157,7 +159,8 @@ class Dataflow:
         out = self._tables(io, None)
         return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
 
-    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]]) -> dict[str, DataFrame]:
+    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]]
+                    ) -> dict[str, DataFrame | Linked]:
         """The last chunk: the aggregate's partials and value counts of all chunks (their files, by
         table) added up, and the MV and every state table above the aggregate from them."""
         agg = plan.aggregate
@@ -175,6 +178,7 @@ class Dataflow:
         for op in agg.input.walk():  # the chunks wrote these: a shared one (`Share`) is also read above
             for suffix in op.state_tables():
                 io.state_rows.pop(suffix, None)
+                io.links.pop(suffix, None)
         return self._tables(io, root)
 
     @property
@@ -182,16 +186,21 @@ class Dataflow:
         return state_schemas(self.root)
 
     def _io(self, epoch: int, vnodes: tuple[int, int] | None, driving: int | None = None) -> SnapshotIO:
-        io = SnapshotIO(self.rt, epoch, vnodes, driving)
+        tables = {t.relation for op in self.root.walk() if isinstance(op, Join) for t in op.table_sides.values()}
+        io = SnapshotIO(self.rt, epoch, vnodes, driving,
+                        linkable=frozenset(t for t in tables if linkable(self.rt, t, epoch)))
         self._builds.append(io)
         return io
 
-    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, DataFrame]:
+    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, DataFrame | Linked]:
         """The MV's rows (if evaluated) and each state table whose rows `io` gathered, as
-        `| _vnode | columns |`."""
-        out = {} if root_rows is None else {self.rel.name: self.materialize.rows(root_rows)}
+        `| _vnode | columns |`, or as the table whose snapshot files they are (`Linked`)."""
+        out: dict[str, DataFrame | Linked] = {} if root_rows is None else {
+            self.rel.name: self.materialize.rows(root_rows)}
         for suffix, schema in self._state_schemas.items():
-            if suffix in io.state_rows:
+            if suffix in io.links:
+                out[state_name(self.rel.name, suffix)] = Linked(io.links[suffix], io.epoch)
+            elif suffix in io.state_rows:
                 out[state_name(self.rel.name, suffix)] = io.state_rows[suffix].select(
                     F.lit(0).cast("smallint").alias("_vnode"),
                     *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])

@@ -15,11 +15,14 @@ From a snapshot, each side's frame is both its state table's rows and the join's
 evaluated once (`SnapshotIO.once`).
 
 A side that is an aggregate's output keeps no state table: it reads the aggregate's partials
-(`stream/aggregate_side.py`, `Join.aggregate_sides`)."""
+(`stream/aggregate_side.py`, `Join.aggregate_sides`). A side that is an append-only table's rows
+keeps them under the table's column names, so that a backfill links the table's files as its state
+(`stream/table_side.py`, `Join.table_sides`)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +38,7 @@ from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.core.zset_frames import apply_frame, net_frame, q, semi, union_all, weighted
 from sparkwave.stream.aggregate_side import AggregateSide
 from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States, state_schema
+from sparkwave.stream.table_side import TableSide
 
 JoinType = Literal["inner", "left", "right", "full"]
 _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer"}
@@ -56,6 +60,8 @@ class Join(Operator):
     right_keys: list[str]
     # the sides read from the aggregate below them, which keep no state table (`borrow_states`)
     aggregate_sides: dict[Side, AggregateSide] = field(default_factory=dict, repr=False, compare=False)
+    # the sides that are an append-only table's rows, kept under its column names (`link_tables`)
+    table_sides: dict[Side, TableSide] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def inputs(self) -> list[Operator]:
@@ -69,6 +75,8 @@ class Join(Operator):
             d["right_keys"] = self.right_keys
         if self.aggregate_sides:  # the aggregate each reads, by id
             d["borrowed"] = {side: a.agg.id for side, a in self.aggregate_sides.items()}
+        if self.table_sides:  # the table each keeps, by name
+            d["linked"] = {side: t.relation for side, t in self.table_sides.items()}
         return d
 
     @classmethod
@@ -83,6 +91,12 @@ class Join(Operator):
                 raise CatalogError(f"the stored plan's join {join.id} reads its {side} side from aggregate {agg_id}'s "
                                    "state, which this version of sparkwave does not; recreate the materialized view")
             join.aggregate_sides[side] = found
+        for side, relation in d.get("linked", {}).items():
+            table = TableSide.of(join._side_and_keys(side)[0], join._state(side))
+            if table is None or table.relation != relation:
+                raise CatalogError(f"the stored plan's join {join.id} keeps its {side} side as {relation!r}'s rows, "
+                                   "which this version of sparkwave does not; recreate the materialized view")
+            join.table_sides[side] = table
         return join
 
     def borrow_states(self) -> None:
@@ -90,6 +104,13 @@ class Join(Operator):
         after pruning and sharing: the shape it looks at is final)."""
         self.aggregate_sides = {side: found for side in SIDES
                                 if (found := AggregateSide.of(*self._side_and_keys(side))) is not None}
+
+    def link_tables(self, append_only: Callable[[str], bool]) -> None:
+        """Keep each side that is an append-only table's rows under the table's column names, so that
+        a backfill links the table's files as the side's state (planning, after `borrow_states`)."""
+        self.table_sides = {side: found for side in SIDES if side not in self.aggregate_sides
+                            and (found := TableSide.of(self._side_and_keys(side)[0], self._state(side))) is not None
+                            and append_only(found.relation)}
 
     def _side_and_keys(self, side: Side) -> tuple[Operator, list[str]]:
         return (self.left, self.left_keys) if side == "left" else (self.right, self.right_keys)
@@ -100,9 +121,13 @@ class Join(Operator):
         by = self._side_and_keys(side)[1]
         if (agg := self.aggregate_sides.get(side)) is not None:
             return agg.lookup(states, by, keys)
+        if (table := self.table_sides.get(side)) is not None:
+            return table.lookup(states, by, keys)
         return states.lookup(self._state(side), by, keys)
 
     def _stage(self, states: States, side: Side, changes: pa.Table) -> None:
+        if (table := self.table_sides.get(side)) is not None:
+            changes = table.stored(changes)
         if side not in self.aggregate_sides:
             states.stage(self._state(side), changes)
 
@@ -132,8 +157,10 @@ class Join(Operator):
     def state_tables(self) -> dict[str, Schema]:
         out: dict[str, Schema] = {}
         for side in SIDES:
-            if side not in self.aggregate_sides:
-                op, keys = self._side_and_keys(side)
+            op, keys = self._side_and_keys(side)
+            if (table := self.table_sides.get(side)) is not None:
+                out[self._state(side)] = table.schema(op, keys + op.key)
+            elif side not in self.aggregate_sides:
                 out[self._state(side)] = state_schema(op.columns, keys + op.key)
         return out
 
@@ -250,6 +277,8 @@ class Join(Operator):
         """A side's rows as of `prev` near a change's keys (`FrameIO.state_rows`)."""
         if (agg := self.aggregate_sides.get(side)) is not None:
             return agg.frame(io, near)
+        if (table := self.table_sides.get(side)) is not None:
+            return table.frame(io, near)
         return io.state_rows(self._state(side), near)
 
     def _side_change(self, io: FrameIO, d: DataFrame | None, side: Side, padded: list[DataFrame]) -> DataFrame | None:
@@ -262,7 +291,9 @@ class Join(Operator):
         if self.join_type in (side, "full"):  # a preserved side
             padded.append(self._pad_frame(d.where(_any_null(keys)), self.right if side == "left" else self.left))
         d = _matchable(d, keys)
-        if side not in self.aggregate_sides:
+        if (table := self.table_sides.get(side)) is not None:
+            io.stage_frame(self._state(side), table.stored_frame(d))
+        elif side not in self.aggregate_sides:
             io.stage_frame(self._state(side), d)
         return d
 
@@ -295,14 +326,23 @@ class Join(Operator):
     def _side(self, io: SnapshotIO, side: Side) -> DataFrame:
         """A side's rows, and its state table's. A side handed over by an earlier chunk (its state
         as written then: only matchable rows, which is all a side the join does not preserve needs;
-        a borrowed side's aggregate's partials) is neither evaluated nor written again."""
+        a borrowed side's aggregate's partials) is neither evaluated nor written again. A table's rows
+        are linked as their state (`SnapshotIO.links`), by the first chunk of a backfill their scan
+        drives, unless the table is too big for it (`SnapshotIO.linkable`)."""
         op, keys = self._side_and_keys(side)
         handed = self.handed_state(side)
-        agg = self.aggregate_sides.get(side)
+        agg, table = self.aggregate_sides.get(side), self.table_sides.get(side)
         if handed in io.sides:
-            return io.sides[handed] if agg is None else agg.rows(io.sides[handed])
+            rows = io.sides[handed]
+            return agg.rows(rows) if agg is not None else _matchable(table.rows(rows), keys) if table is not None \
+                else rows
         rows = io.once(op)
-        if agg is None:
+        if table is not None and table.relation in io.linkable:
+            if io.vnodes is None or io.driving != table.scan or io.vnodes[0] == 0:
+                io.links[handed] = table.relation
+        elif table is not None:
+            io.state_rows[handed] = table.stored_frame(_matchable(rows, keys))
+        elif agg is None:
             io.state_rows[handed] = _matchable(rows, keys)
         return rows
 

@@ -178,8 +178,9 @@ class FrameIO(EpochIO):
 @dataclass
 class SnapshotIO:
     """What a snapshot build reads and gathers: the upstreams' snapshots at `epoch` and each state
-    table's rows by suffix. A frame that feeds more than one table is persisted (`shared`), so
-    writing every table evaluates each subtree once.
+    table's rows by suffix, or the table whose snapshot files are its rows (`links`: a join side
+    that is an append-only table's rows). A frame that feeds more than one table is persisted
+    (`shared`), so writing every table evaluates each subtree once.
 
     A chunk of a backfill reads only the rows of `vnodes`: of every scan in a stateless tree, of the
     `driving` scan alone in a stateful one (`stream/chunking.py`). A chunk may be handed a join
@@ -195,6 +196,8 @@ class SnapshotIO:
     sides: dict[str, DataFrame] = field(default_factory=dict)
     outputs: dict[int, DataFrame] = field(default_factory=dict)
     state_rows: dict[str, DataFrame] = field(default_factory=dict)
+    linkable: frozenset[str] = frozenset()  # the tables whose files a join side may link as its state
+    links: dict[str, str] = field(default_factory=dict)  # state suffix -> the table whose files are its rows
     persisted: list[DataFrame] = field(default_factory=list)
 
     @property

@@ -29,6 +29,7 @@ from sparkwave.stream.operator import (
     references,
     select_items,
 )
+from sparkwave.stream.share import Share
 
 
 @dataclass(kw_only=True)
@@ -108,3 +109,15 @@ class Project(Operator):
     # --- from a snapshot -----------------------------------------------------------------------
     def batch(self, io: SnapshotIO) -> DataFrame:
         return self.select(self.input.batch(io))
+
+
+def renames_below(op: Operator) -> tuple[Operator, dict[str, str]]:
+    """The first operator under `op` that is neither a share nor a renaming projection, and the
+    name each of `op`'s columns has there."""
+    names = {n: n for n in op.names}
+    while isinstance(op, Share) or (isinstance(op, Project) and op.is_rename):
+        if isinstance(op, Project):
+            refs = {n: column_ref(e) or "" for n, e in op.exprs}
+            names = {s: refs[c] for s, c in names.items()}
+        op = op.inputs[0]
+    return op, names
