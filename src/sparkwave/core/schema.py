@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # Column names sparkwave gives its own columns (log rows, change chunks, Z-sets, a keyless table's
 # row id): no user column or MV output may take them.
-RESERVED_COLUMNS = frozenset({"_epoch", "_seq", "_op", "_vnode", "_w", "_row_id"})
+RESERVED_COLUMNS = frozenset({"_epoch", "_seq", "_op", "_vnode", "_w", "_row_id", "_rn"})
 
 _ALIASES = {
     "bool": "boolean", "boolean": "boolean",

@@ -151,7 +151,7 @@ class Planner:
         for op in node.walk():
             if isinstance(op, Join):
                 op.borrow_states()  # a join side that is an aggregate's output reads the aggregate's state
-                op.link_tables(lambda name: self._linkable(name))  # one of a table's rows keeps them as they are
+                op.link_tables(self._linkable)  # a side that is a table's rows keeps them under its names
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
 
     # --- SELECT --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ linked."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import dataclass
@@ -45,8 +46,9 @@ def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
                     prefix: str) -> tuple[list[str], list[int]]:
     """Link the files of `linked` into `rel`'s base folder as `linked-<prefix><i>.parquet`, through a
     staging folder (a crash leaves whole files or none), like `compaction.write_base_files`. The
-    files are not part of any base until committed; the caller holds the snapshot (a creating
-    job's pin on it), so retention keeps its files meanwhile."""
+    files are not part of any base until committed. The caller holds the snapshot (a creating
+    job's pin on it); a file that the table's retention removed meanwhile (the table compacted at
+    that very epoch) fails the link, and the chunk, retried, lists the files again."""
     source = rt.relation(linked.relation)
     assert source.schema.append_only and source.kind != "source", f"BUG: {source.name}'s files are not its rows"
     rt.check_retained(source, linked.epoch)
@@ -77,19 +79,26 @@ def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
     return files, rows
 
 
-def linkable(rt: Store, relation: str, epoch: int) -> bool:
+def small_enough_to_link(rt: Store, relation: str, epoch: int) -> bool:
     """Whether a backfill at `epoch` links `relation`'s files rather than write a sorted copy: its
-    snapshot has at most `LINK_MAX_ROWS` rows (counted from the catalog, an upper bound)."""
+    snapshot has at most `LINK_MAX_ROWS` rows, counted exactly from the catalog (an append-only
+    table's files hold only inserts), so every chunk of the backfill, and a restart, decide alike."""
     base = rt.catalog.base_at(relation, epoch)
-    logged = rt.catalog.log_rows_since(relation, base.epoch if base else 0)[1]
+    logged = sum(n for _, n in rt.catalog.log_file_rows(relation, base.epoch if base else 0, epoch))
     return (base.rows if base else 0) + logged <= LINK_MAX_ROWS
 
 
 def _link(source: Path, dest: Path) -> None:
     try:
         os.link(source, dest)
-    except OSError:  # a folder on another device, or one that holds no hard links
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINK:
+            raise  # a file retention removed meanwhile fails the chunk, which is retried
         shutil.copyfile(source, dest)
+
+
+# a folder on another device, one that holds no hard links, or a file with too many
+_NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
 def is_linked(files: list[str]) -> bool:

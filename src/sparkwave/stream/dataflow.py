@@ -32,7 +32,7 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
-from sparkwave.storage.links import Linked, linkable
+from sparkwave.storage.links import Linked, small_enough_to_link
 from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import EmptyStateIO, StateIO, state_name
 from sparkwave.storage.store import Store
@@ -108,7 +108,8 @@ class Dataflow:
 
     def build(self, epoch: int, vnodes: tuple[int, int] | None = None) -> dict[str, DataFrame | Linked]:
         """Every table of the MV (its own rows, then each state table) as `| _vnode | columns |`
-        DataFrames over the upstreams' snapshots at `epoch`; with `vnodes`, only the upstream rows
+        DataFrames over the upstreams' snapshots at `epoch` (a state linked from a table's files as
+        `Linked`); with `vnodes`, only the upstream rows
         of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
         assert vnodes is None or self.root.stateless, "BUG: a stateful tree is chunked by build_chunk"
         io = self._io(epoch, vnodes)
@@ -144,8 +145,8 @@ class Dataflow:
         """A stateful tree's tables over the driving scan's rows of `vnodes` (and the other scans'
         whole snapshots): with an aggregate above the driving scan, its partials and value counts
         (as `<table>#partial`) and the state below it; else the MV's rows and every state table's.
-        `sides` hands the join sides that the first chunk wrote (their state files, by suffix): a
-        later chunk neither evaluates nor writes them again."""
+        `sides` hands the join sides that the first chunk wrote or linked (their state files, by
+        suffix): a later chunk neither evaluates nor writes them again."""
         io = self._io(epoch, vnodes, driving=plan.driving.id)
         for suffix, files in sides.items():
             schema = self._state_schemas[suffix]
@@ -188,7 +189,7 @@ class Dataflow:
     def _io(self, epoch: int, vnodes: tuple[int, int] | None, driving: int | None = None) -> SnapshotIO:
         tables = {t.relation for op in self.root.walk() if isinstance(op, Join) for t in op.table_sides.values()}
         io = SnapshotIO(self.rt, epoch, vnodes, driving,
-                        linkable=frozenset(t for t in tables if linkable(self.rt, t, epoch)))
+                        linkable=frozenset(t for t in tables if small_enough_to_link(self.rt, t, epoch)))
         self._builds.append(io)
         return io
 

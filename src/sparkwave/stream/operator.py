@@ -140,7 +140,7 @@ class FrameIO(EpochIO):
             assert lead == rel.schema.key[0], f"BUG: state {rel.name} is sorted by {rel.schema.key[0]}, not {lead}"
             column = rel.schema.column(lead)
             assert column is not None, f"BUG: state {rel.name} lacks its key column {lead}"
-            memo = (id(keys), by, lead)  # `lead` is unique in the plan: it fixes the type
+            memo = (id(keys), by, lead)  # one keys column bounds states of one lead type alike
             if memo not in self.ranges:  # an aggregate looks up its partials and value counts by the same keys
                 self.ranges[memo] = (keys, key_range(keys, by, lead, column.type))  # holds `keys`: its id stays
             where = self.ranges[memo][1]

@@ -43,7 +43,8 @@ class TableSide:
     def of(side: Operator, state: str) -> TableSide | None:
         """The table under `side` whose rows can stand for the side's state `state` if the table is
         append-only (the caller checks): only renames and shares in between, and a scan with no
-        window and no filter that names each of the table's columns once."""
+        window and no filter whose columns the side keeps are table columns as they are, no two of
+        them the same."""
         scan, names = renames_below(side)
         if not isinstance(scan, Scan) or scan.window is not None or scan.predicate:
             return None
