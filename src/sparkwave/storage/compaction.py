@@ -145,11 +145,12 @@ def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     base = rt.catalog.base_at(rel.name, epoch)
     since = base.epoch if base else 0
     n_epochs, _ = rt.catalog.log_rows_since(rel.name, since)
-    if (n_epochs == 0 and not (base and is_linked(base.files))) or (base and base.epoch == epoch):
-        return False  # (a linked base is due without a log: `links.py`)
+    linked = base is not None and is_linked(base.files)  # due without a log: `links.py`
+    if (n_epochs == 0 and not linked) or (base and base.epoch == epoch):
+        return False
     local = rt.local_snapshot(rel, epoch)
     rows = rt.snapshot(rel, epoch) if local is None else local
-    if base and is_linked(base.files):  # a state's rows all go to vnode 0; a linked base's carry their table's
+    if linked:  # a state's rows all go to vnode 0; a linked base's carry their table's
         rows = rows.withColumn("_vnode", F.lit(0).cast("smallint")) if isinstance(rows, DataFrame) else \
             rows.set_column(0, "_vnode", pa.array([0] * rows.num_rows, pa.int16()))
     write_base(rt, rel, rows, epoch)

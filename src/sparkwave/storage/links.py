@@ -22,7 +22,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from sparkwave.core.catalog import Relation
-from sparkwave.core.chunk import Op
 from sparkwave.storage.store import Store
 
 LINKED = "linked-"  # the name every linked base file starts with
@@ -45,8 +44,9 @@ class Linked:
 def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
                     prefix: str) -> tuple[list[str], list[int]]:
     """Link the files of `linked` into `rel`'s base folder as `linked-<prefix><i>.parquet`, through a
-    staging folder (a crash leaves whole files or none), like `compaction.write_base_files`. The
-    files are not part of any base until committed. The caller holds the snapshot (a creating
+    staging folder (a crash leaves whole files or none), like `compaction.write_base_files`. An
+    append-only table's log files hold inserts only (DML refuses the rest): they are rows as they
+    are. The files are not part of any base until committed. The caller holds the snapshot (a creating
     job's pin on it); a file that the table's retention removed meanwhile (the table compacted at
     that very epoch) fails the link, and the chunk, retried, lists the files again."""
     source = rt.relation(linked.relation)
@@ -65,10 +65,6 @@ def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
         meta = pq.ParquetFile(path).metadata
         if meta.num_rows == 0:
             continue
-        if "_op" in meta.schema.names:  # a log file: an append-only table's holds inserts only
-            ops = pq.read_table(path, columns=["_op"])["_op"]
-            assert ops.null_count == 0 and set(ops.unique().to_pylist()) <= {int(Op.INSERT)}, \
-                f"BUG: {source.name}'s log file {path} holds more than inserts"
         name = f"{LINKED}{prefix}{i}.parquet"
         _link(Path(path), staging / name)
         dest = stored.base_path / name

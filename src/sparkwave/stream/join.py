@@ -333,9 +333,9 @@ class Join(Operator):
         handed = self.handed_state(side)
         agg, table = self.aggregate_sides.get(side), self.table_sides.get(side)
         if handed in io.sides:
-            rows = io.sides[handed]
-            return agg.rows(rows) if agg is not None else _matchable(table.rows(rows), keys) if table is not None \
-                else rows
+            if agg is not None:
+                return agg.rows(io.sides[handed])
+            return io.sides[handed] if table is None else _matchable(table.rows(io.sides[handed]), keys)
         rows = io.once(op)
         if table is not None and table.relation in io.linkable:
             if io.vnodes is None or io.driving != table.scan or io.vnodes[0] == 0:
