@@ -102,3 +102,56 @@ def test_a_small_epoch_runs_no_spark_job_and_stays_exact(spark, tmp_path):
             want = multiset(db.execute(sql).fetchall())
             assert want, f"{name} is empty: the test checks nothing"
             assert multiset(rows_of(s.table(name, as_of=epoch))) == want, f"MV {name} differs from DuckDB"
+
+
+DML = [
+    "UPDATE {t} SET v = v * 3 + 1, s = upper(s), d = d / 4 WHERE k % 7 = 2",
+    "UPDATE {t} SET ts = ts + INTERVAL '1 hour', s = NULL WHERE v > 20 AND s IS NOT NULL",
+    "DELETE FROM {t} WHERE k BETWEEN 40 AND 90 OR d < 0",
+    "UPDATE {t} SET d = -d WHERE k IN (1, 2, 3, 500)",
+    "DELETE FROM {t} WHERE k = 5 OR v = 7",
+]
+
+
+def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(session, monkeypatch):
+    """UPDATE and DELETE by predicate on a small table are read and computed on the driver and staged
+    from Arrow, with no Spark job: they leave the table as the same statements read and written by
+    Spark leave its twin, and as DuckDB says; a value that does not fit fails both alike, with nothing
+    staged."""
+    from sparkwave.core.errors import DataError
+    from sparkwave.storage import snapshot
+
+    s = session
+    rows = [(k, k % 31, f"s{k % 5}", f"{k * 1.25 - 30:.2f}", f"2026-11-{1 + k % 28:02d} 10:00:00+00")
+            for k in range(300)]
+    values = ", ".join(f"({k}, {v}, '{x}', {d}, TIMESTAMPTZ '{ts}')" for k, v, x, d, ts in rows)
+    db = duckdb.connect()
+    for t in ("t", "twin"):
+        s.sql(f"CREATE TABLE {t} (k int, v int, s text, d decimal(10, 2), ts timestamptz, PRIMARY KEY (k)); "
+              f"INSERT INTO {t} VALUES {values}")
+        db.execute(f"SET TimeZone = 'UTC'; CREATE TABLE {t} (k INTEGER PRIMARY KEY, v INTEGER, s VARCHAR, "
+                   f"d DECIMAL(10, 2), ts TIMESTAMPTZ); INSERT INTO {t} VALUES {values.replace('TIMESTAMPTZ ', '')}")
+    s.flush()
+    for st in DML:
+        before = _jobs(s.spark)
+        s.sql(st.format(t="t"))
+        assert _jobs(s.spark) == before, f"{st} ran a Spark job"
+        with monkeypatch.context() as m:
+            m.setattr(snapshot, "LOCAL_SNAPSHOT_BYTES", 0)
+            before = _jobs(s.spark)
+            s.sql(st.format(t="twin"))
+            assert _jobs(s.spark) != before, "the twin's statement did not go through Spark"
+        db.execute(st.format(t="t").replace("INTERVAL '1 hour'", "INTERVAL 1 HOUR"))
+        s.flush()
+    got = multiset(rows_of(s.table("t")))
+    assert got == multiset(rows_of(s.table("twin")))
+    assert got == multiset(db.execute("SELECT * FROM t").fetchall())
+    assert len(got) < 300 and any(r[2] is None for r in got)
+    for t in ("t", "twin"):
+        with monkeypatch.context() as m:
+            if t == "twin":
+                m.setattr(snapshot, "LOCAL_SNAPSHOT_BYTES", 0)
+            with pytest.raises(DataError, match=r"value .* does not fit column 'v'"):
+                s.sql(f"UPDATE {t} SET v = v + 3000000000 WHERE k = 299")
+    s.flush()
+    assert multiset(rows_of(s.table("t"))) == got == multiset(rows_of(s.table("twin")))

@@ -61,17 +61,23 @@ _PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.typ
 def to_arrow(df: DataFrame, schema: pa.Schema | None = None) -> pa.Table:
     """`df`'s rows (in `schema`, by name; else in the frame's own types). Without a Spark job when
     the optimizer folded the frame into a local relation of at most `LOCAL_ROWS` rows."""
-    struct = df.schema
     if schema is None:
-        schema = to_arrow_schema(struct, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+        schema = to_arrow_schema(df.schema, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
+    rows = local_rows(df, schema)
+    return rows if rows is not None else df.toArrow().select(schema.names).cast(schema)
+
+
+def local_rows(df: DataFrame, schema: pa.Schema) -> pa.Table | None:
+    """`df`'s rows in `schema` (by name) if the optimizer folded the frame into a local relation of
+    at most `LOCAL_ROWS` rows whose values come back exactly: no Spark job. Else None."""
     plan = df._jdf.queryExecution().optimizedPlan()
-    if (plan.getClass().getSimpleName() == "LocalRelation" and plan.data().size() <= LOCAL_ROWS
+    if not (plan.getClass().getSimpleName() == "LocalRelation" and plan.data().size() <= LOCAL_ROWS
             and all(any(is_(f.type) for is_ in _PLAIN) for f in schema)):
-        try:
-            return _from_rows(struct, df.collect(), schema)
-        except (ValueError, OverflowError):  # a TIMESTAMP near year 1 or 9999 in local time: Arrow's way
-            pass
-    return df.toArrow().select(schema.names).cast(schema)
+        return None
+    try:
+        return _from_rows(df.schema, df.collect(), schema)
+    except (ValueError, OverflowError):  # a TIMESTAMP near year 1 or 9999 in local time: Arrow's way
+        return None
 
 
 def _from_rows(struct: StructType, rows: list, schema: pa.Schema) -> pa.Table:

@@ -29,7 +29,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
-from sparkwave.core.local_frames import local_frame, to_arrow
+from sparkwave.core.local_frames import local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
@@ -90,7 +90,13 @@ def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFr
 
 
 def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
-    """Write a batch of intents and record it in the catalog; returns its row count."""
+    """Write a batch of intents and record it in the catalog; returns its row count. A small one
+    that Spark's optimizer computed on the driver (a statement over a small table, which `_matching`
+    reads there) is staged from Arrow: no Spark job, no file commit protocol."""
+    local = local_rows(df, pa.schema([pa.field(c.name, c.type.arrow) for c in rel.schema.columns
+                                      if c.name in df.columns]))
+    if local is not None:
+        return _stage_arrow(rt, rel, local, op)
     batch = rt.catalog.next_counter("dml_batch", 1)
     partitions = max(1, df.rdd.getNumPartitions())
     first = reserve_ids(rt, batch, partitions * PARTITION_IDS)
@@ -406,7 +412,9 @@ def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
 
 
 def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch: int) -> DataFrame:
-    df = rt.snapshot(rel, epoch).drop("_vnode")
+    """The rows of `rel` as of `epoch` that the statement's WHERE holds for; a small table's read
+    on the driver (`Store.read`), so that Spark's optimizer evaluates the statement there."""
+    df = rt.read(rel, epoch).drop("_vnode")
     where = ast.args.get("where")
     if where is None:
         return df
