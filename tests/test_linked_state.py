@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,8 @@ LINKED_MVS = [
     # created mid-stream: the table's side is preserved (its NULL keys are in the linked files), or not
     ("l_left", "SELECT e.v, dim.name, dim.w FROM e LEFT JOIN dim ON e.g = dim.g AND e.v = dim.w"),
     ("l_agg", "SELECT dim.name, count(*) AS n, max(e.v) AS mx FROM dim JOIN e ON dim.g = e.g GROUP BY dim.name"),
+    # q7's shape: the table's rows against an aggregate of them, which the build computes first
+    ("l_max", "SELECT e.g, e.v FROM e JOIN (SELECT g, max(v) AS mv FROM e GROUP BY g) m ON e.g = m.g AND e.v = m.mv"),
 ]
 
 
@@ -143,3 +146,27 @@ def test_a_backfill_links_the_tables_files_and_compaction_replaces_them(session,
     assert sorted(rows_of(s.table("m2"))) == sorted(rows_of(s.table("m")))
     s.sql("DROP MATERIALIZED VIEW m")
     assert sorted(rows_of(s.table("ev").select("v"))) == [(5,), (10,), (11,), (20,), (21,), (30,), (40,)]
+
+
+def test_a_tables_rows_joined_with_a_small_aggregate_broadcast_it(session):
+    """Spark cannot size an aggregate's output before computing it: the snapshot build computes a
+    join side that state computes, against a table's rows, before the writes are planned, so the
+    MV's rows are a broadcast join of the small aggregate, not a shuffle and sort of the table."""
+    from sparkwave.stream.dataflow import Dataflow
+
+    s = session
+    s.sql("CREATE TABLE e (g int, v int) APPEND ONLY")
+    s.insert("e", pa.table({"g": [i % 5 for i in range(2_000)], "v": list(range(2_000))}))
+    s.flush()
+    s.sql(f"CREATE MATERIALIZED VIEW l_max AS {dict(LINKED_MVS)['l_max']}")
+    assert sorted(rows_of(s.table("l_max"))) == [(g, 1_995 + g) for g in range(5)]
+    flow = Dataflow(s.rt, s.catalog.relation("l_max"))
+    threshold = s.spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    s.spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "4096")  # the table's files are bigger
+    try:
+        plan = flow.build(s.committed_epoch)["l_max"]._jdf.queryExecution().executedPlan().toString()
+    finally:
+        s.spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+        flow.release()
+    assert "BroadcastHashJoin" in plan and "SortMergeJoin" not in plan, plan
+

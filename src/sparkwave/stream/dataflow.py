@@ -195,7 +195,10 @@ class Dataflow:
 
     def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, DataFrame | Linked]:
         """The MV's rows (if evaluated) and each state table whose rows `io` gathered, as
-        `| _vnode | columns |`, or as the table whose snapshot files they are (`Linked`)."""
+        `| _vnode | columns |`, or as the table whose snapshot files they are (`Linked`). The
+        frames to size first (`SnapshotIO.size_first`) are computed now, before any write is planned."""
+        for rows in io.sized:
+            rows.count()
         out: dict[str, DataFrame | Linked] = {} if root_rows is None else {
             self.rel.name: self.materialize.rows(root_rows)}
         for suffix, schema in self._state_schemas.items():

@@ -46,6 +46,7 @@ _SPARK_JOIN = {"inner": "inner", "left": "left_outer", "right": "right_outer", "
 _STATE = re.compile(r"j(\d+)([lr])")
 Side = Literal["left", "right"]
 SIDES: tuple[Side, ...] = ("left", "right")
+_OTHER: dict[Side, Side] = {"left": "right", "right": "left"}
 
 
 @dataclass(kw_only=True)
@@ -337,6 +338,8 @@ class Join(Operator):
                 return agg.rows(io.sides[handed])
             return io.sides[handed] if table is None else _matchable(table.rows(io.sides[handed]), keys)
         rows = io.once(op)
+        if table is None and self.table_sides.get(_OTHER[side]) is not None:
+            io.size_first(op, rows)
         if table is not None and table.relation in io.linkable:
             if io.vnodes is None or io.driving != table.scan or io.vnodes[0] == 0:
                 io.links[handed] = table.relation

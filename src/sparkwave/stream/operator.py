@@ -199,6 +199,7 @@ class SnapshotIO:
     linkable: frozenset[str] = frozenset()  # the tables whose files a join side may link as its state
     links: dict[str, str] = field(default_factory=dict)  # state suffix -> the table whose files are its rows
     persisted: list[DataFrame] = field(default_factory=list)
+    sized: list[DataFrame] = field(default_factory=list)  # computed before the writes are planned (`size_first`)
 
     @property
     def spark(self) -> SparkSession:
@@ -229,10 +230,22 @@ class SnapshotIO:
                                              for u in below.upstreams())
         return rows if again else self.shared(rows)
 
+    def size_first(self, op: Operator, rows: DataFrame) -> None:
+        """`rows` (`op`'s output, from `once`) computed before the tables' writes are planned, if
+        state computes it: Spark sizes a scan from its files but not an aggregate's output until it
+        is cached, so a join of a table's rows with a small aggregate (q7's maxima per window)
+        would shuffle and sort the table's rows; computed first, the aggregate is broadcast."""
+        below = op
+        while len(below.inputs) == 1 and not below.keeps_state:
+            below = below.inputs[0]
+        if below.keeps_state:
+            self.sized.append(rows)
+
     def release(self) -> None:
         for df in self.persisted:
             df.unpersist()
         self.persisted.clear()
+        self.sized.clear()
 
 
 def column_ref(expr: str) -> str | None:
