@@ -121,7 +121,9 @@ def test_postgres_going_away_makes_the_sink_retry_and_resume_exactly(session, po
         own.stop()
         epochs = rounds(session, 1, 3)  # committed without the sink's target
         # (a delivery that held a connection when the server went fails first with the server's word)
-        while "cannot connect" not in ((row := session.sql("SHOW SINKS").collect()[0])["last_error"] or ""):
+        for _ in range(600):
+            if "cannot connect" in ((row := session.sql("SHOW SINKS").collect()[0])["last_error"] or ""):
+                break
             session.sinks.wait_moved(0.5)
         assert row["phase"] == "retrying" and "cannot connect to PostgreSQL" in row["last_error"]
         own.restart()

@@ -29,13 +29,14 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
-from sparkwave.core.local_frames import local_frame, local_rows, to_arrow
+from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
 from sparkwave.storage.lookup import lookup
+from sparkwave.storage.table import base_spark_ddl
 
 DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
 PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's index << 33, plus the row's in it
@@ -91,8 +92,9 @@ def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFr
 
 def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     """Write a batch of intents and record it in the catalog; returns its row count. A small one
-    that Spark's optimizer computed on the driver (a statement over a small table, which `_matching`
-    reads there) is staged from Arrow: no Spark job, no file commit protocol."""
+    that Spark's optimizer computed on the driver (an UPDATE or DELETE over a small table, which
+    `_matching` reads there; an INSERT of computed VALUES; a bulk load of a small local frame) is
+    staged from Arrow: no Spark job, no file commit protocol."""
     local = local_rows(df, pa.schema([pa.field(c.name, c.type.arrow) for c in rel.schema.columns
                                       if c.name in df.columns]))
     if local is not None:
@@ -412,9 +414,13 @@ def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
 
 
 def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch: int) -> DataFrame:
-    """The rows of `rel` as of `epoch` that the statement's WHERE holds for; a small table's read
-    on the driver (`Store.read`), so that Spark's optimizer evaluates the statement there."""
-    df = rt.read(rel, epoch).drop("_vnode")
+    """The rows of `rel` as of `epoch` that the statement's WHERE holds for. A table of at most
+    `LOCAL_ROWS` rows is read on the driver, so that Spark's optimizer evaluates the statement there
+    (on one thread: a bigger one is read by a Spark scan, whose executors evaluate it)."""
+    rows = rt.local_snapshot(rel, epoch)
+    df = local_frame(rt.spark, rows, base_spark_ddl(rel.schema)) if rows is not None and rows.num_rows <= LOCAL_ROWS \
+        else rt.snapshot(rel, epoch)
+    df = df.drop("_vnode")
     where = ast.args.get("where")
     if where is None:
         return df

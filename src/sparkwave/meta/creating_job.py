@@ -229,10 +229,6 @@ class CreatingJob:
         self.rt.catalog.start_chunk(self.job_id, lo, hi, rows)  # in flight: a crash from here re-reads it
         files: dict[str, list[str]] = {}
         if not skip:  # a scalar aggregate over nothing still has its row
-            built = build()
-            crash_point("backfill_mid_chunk")
-            if self.chunk_hook:
-                self.chunk_hook(lo, hi)
             @inheritable_thread_target(self.rt.spark)  # the job's pool and job group: a cancel stops the writes
             def write(i: int, name: str, df: DataFrame | pa.Table | Linked) -> list[str]:
                 t = self.rt.relation(name.removesuffix(PARTIAL))
@@ -244,7 +240,12 @@ class CreatingJob:
                 return write_base_files(self.rt, t, rows, staging, prefix,
                                         sort=not (flow.root.stateless or whole), cluster=False, lookups=not whole)[0]
 
-            try:  # the tables are written concurrently, so that their Spark jobs' fixed costs overlap
+            try:  # (a build computes the frames it sizes first: what it persisted is freed however it ends)
+                built = build()
+                crash_point("backfill_mid_chunk")
+                if self.chunk_hook:
+                    self.chunk_hook(lo, hi)
+                # the tables are written concurrently, so that their Spark jobs' fixed costs overlap
                 with ThreadPoolExecutor(max_workers=min(MAX_WRITERS, len(built))) as pool:
                     pending = {name: pool.submit(write, i, name, df) for i, (name, df) in enumerate(built.items())}
                 files = {name: f.result() for name, f in pending.items()}

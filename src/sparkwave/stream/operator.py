@@ -232,13 +232,14 @@ class SnapshotIO:
 
     def size_first(self, op: Operator, rows: DataFrame) -> None:
         """`rows` (`op`'s output, from `once`) computed before the tables' writes are planned, if
-        state computes it: Spark sizes a scan from its files but not an aggregate's output until it
-        is cached, so a join of a table's rows with a small aggregate (q7's maxima per window)
-        would shuffle and sort the table's rows; computed first, the aggregate is broadcast."""
+        it is an aggregate's (through projections): Spark sizes a scan from its files but not an
+        aggregate's output until it is cached, so a join of a table's rows with a small aggregate
+        (q7's maxima per window) would shuffle and sort the table's rows; computed first, the
+        aggregate is broadcast. Not a join's or a window's output, which may be as big as a table."""
         below = op
         while len(below.inputs) == 1 and not below.keeps_state:
             below = below.inputs[0]
-        if below.keeps_state:
+        if below.op == "agg":
             self.sized.append(rows)
 
     def release(self) -> None:
