@@ -36,7 +36,6 @@ from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
 from sparkwave.storage.lookup import lookup
-from sparkwave.storage.table import base_spark_ddl
 
 DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
 PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's index << 33, plus the row's in it
@@ -417,10 +416,7 @@ def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch:
     """The rows of `rel` as of `epoch` that the statement's WHERE holds for. A table of at most
     `LOCAL_ROWS` rows is read on the driver, so that Spark's optimizer evaluates the statement there
     (on one thread: a bigger one is read by a Spark scan, whose executors evaluate it)."""
-    rows = rt.local_snapshot(rel, epoch)
-    df = local_frame(rt.spark, rows, base_spark_ddl(rel.schema)) if rows is not None and rows.num_rows <= LOCAL_ROWS \
-        else rt.snapshot(rel, epoch)
-    df = df.drop("_vnode")
+    df = rt.read(rel, epoch, max_rows=LOCAL_ROWS).drop("_vnode")
     where = ast.args.get("where")
     if where is None:
         return df

@@ -81,12 +81,13 @@ class Store:
         """The visible columns of `rel` as of a committed epoch: a user's read (`read`)."""
         return self.read(rel, epoch).select(*[F.col(f"`{c.name}`") for c in rel.schema.visible])
 
-    def read(self, rel: Relation, epoch: int) -> DataFrame:
-        """`snapshot(rel, epoch)` for a whole read: a small snapshot is read on the driver now
-        (`snapshot.local_snapshot`) and handed to Spark as a local relation, so a query over it plans no
-        file scan and, if it only projects and filters, runs no Spark job."""
+    def read(self, rel: Relation, epoch: int, max_rows: int | None = None) -> DataFrame:
+        """`snapshot(rel, epoch)` for a whole read: a small snapshot (of at most `max_rows` rows, if
+        given) is read on the driver now (`snapshot.local_snapshot`) and handed to Spark as a local
+        relation, so a query over it plans no file scan and, if it only projects and filters, runs no
+        Spark job."""
         rows = self.local_snapshot(rel, epoch)
-        if rows is None:
+        if rows is None or (max_rows is not None and rows.num_rows > max_rows):
             return self.snapshot(rel, epoch)
         return local_frame(self.spark, rows, base_spark_ddl(rel.schema))
 

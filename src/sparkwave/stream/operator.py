@@ -220,9 +220,7 @@ class SnapshotIO:
         rows, read again (q7's 1.7M-row bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose
         partials are persisted (q5's 7.3M-row join side and max input are not cached twice more)."""
         rows = op.batch(self)
-        below = op
-        while len(below.inputs) == 1 and not below.keeps_state:  # projections, a share
-            below = below.inputs[0]
+        below = _below_projections(op)
         if below.keeps_state:
             again = below.output_persisted
         else:
@@ -236,10 +234,7 @@ class SnapshotIO:
         aggregate's output until it is cached, so a join of a table's rows with a small aggregate
         (q7's maxima per window) would shuffle and sort the table's rows; computed first, the
         aggregate is broadcast. Not a join's or a window's output, which may be as big as a table."""
-        below = op
-        while len(below.inputs) == 1 and not below.keeps_state:
-            below = below.inputs[0]
-        if below.op == "agg":
+        if _below_projections(op).op == "agg":
             self.sized.append(rows)
 
     def release(self) -> None:
@@ -247,6 +242,14 @@ class SnapshotIO:
             df.unpersist()
         self.persisted.clear()
         self.sized.clear()
+
+
+def _below_projections(op: Operator) -> Operator:
+    """The first operator at or below `op` that keeps state or has other than one input (through
+    projections and shares)."""
+    while len(op.inputs) == 1 and not op.keeps_state:
+        op = op.inputs[0]
+    return op
 
 
 def column_ref(expr: str) -> str | None:
