@@ -64,7 +64,7 @@ from sparkwave.storage.compaction import write_base_files
 from sparkwave.storage.links import Linked, link_base_files
 from sparkwave.storage.state import state_name, state_relations
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
-from sparkwave.stream.dataflow import Dataflow
+from sparkwave.stream.dataflow import TOP_ROWS, Built, Dataflow, resolved
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
 MAX_WRITERS = 4  # a chunk's tables written at once
@@ -199,8 +199,9 @@ class CreatingJob:
         if plan is None and flow.builds_locally and rows <= self._epoch_rows():
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s))  # no bigger than an epoch
         if plan is None:
+            top_rows = min(TOP_ROWS, self._epoch_rows())  # (what the driver may hold of one epoch)
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(
-                s, (lo, hi) if flow.root.stateless else None), skip=flow.root.stateless and not rows)
+                s, (lo, hi) if flow.root.stateless else None, top_rows=top_rows), skip=flow.root.stateless and not rows)
         chunked = plan
         if lo == 0:  # the first chunk reads the other upstreams whole, and hands their sides on
             rows += sum(sum(c) for u, c in per_upstream.items() if u != driving)
@@ -221,7 +222,7 @@ class CreatingJob:
         return plan is not None and plan.merges and first is not None and first.hi < VNODES
 
     def _chunk(self, job: JobRow, rel: Relation, flow: Dataflow, lo: int, hi: int, rows: int,
-               build: Callable[[], Mapping[str, DataFrame | pa.Table | Linked]], *, skip: bool = False) -> Step:
+               build: Callable[[], Mapping[str, Built | pa.Table]], *, skip: bool = False) -> Step:
         """One chunk: recorded in flight, its tables built and written as files (concurrently), then
         recorded done with them (a crash in between re-reads only this chunk)."""
         s = job.snapshot_epoch
@@ -230,9 +231,10 @@ class CreatingJob:
         files: dict[str, list[str]] = {}
         if not skip:  # a scalar aggregate over nothing still has its row
             @inheritable_thread_target(self.rt.spark)  # the job's pool and job group: a cancel stops the writes
-            def write(i: int, name: str, df: DataFrame | pa.Table | Linked) -> list[str]:
+            def write(i: int, name: str, table: Built | pa.Table) -> list[str]:
                 t = self.rt.relation(name.removesuffix(PARTIAL))
                 staging, prefix = f"_backfill_{lo}_t{i}", f"s{s}-v{lo:03d}-t{i}-"
+                df = resolved(table)
                 if isinstance(df, Linked):
                     return link_base_files(self.rt, t, df, staging, prefix)[0]
                 whole = name.endswith(PARTIAL)  # read whole by the merge: neither sorted nor indexed

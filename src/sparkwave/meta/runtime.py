@@ -92,8 +92,8 @@ class Runtime(Store):
         return rows.select(vnode(list(rel.schema.key)).alias("_vnode"),
                            *[F.col(f"`{c.name}`") for c in rel.schema.columns])
 
-    def plain_snapshot(self, rel: Relation, epoch: int) -> bool:
-        return rel.kind != "source" and super().plain_snapshot(rel, epoch)  # a source's is read from Kafka
+    def rereads_cheaply(self, rel: Relation, epoch: int) -> bool:
+        return rel.kind != "source" and super().rereads_cheaply(rel, epoch)  # a source's is read from Kafka
 
     def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
         return None if rel.kind == "source" else super().local_snapshot(rel, epoch)

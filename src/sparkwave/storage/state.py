@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import consolidate
+from sparkwave.core.schema import Schema
 from sparkwave.core.zset import to_ops
 from sparkwave.storage.lookup import lookup
 from sparkwave.storage.store import Store
@@ -69,8 +70,17 @@ class StateIO:
 
 @dataclass
 class EmptyStateIO(StateIO):
-    """The state tables of a build from nothing (`Dataflow.build_local`): a lookup finds no row, and
-    the staged rows are kept in `staged`, not written: they become the tables' bases."""
+    """The state tables of a build from nothing (`Dataflow.build_local`, a build's top): a lookup
+    finds no row, and the staged rows are kept in `staged`, not written: they become the tables'
+    bases. The tables are named by their schemas (`schemas`, by suffix), not read from the catalog:
+    a blocking CREATE builds them before the catalog has them."""
+
+    schemas: dict[str, Schema] = field(default_factory=dict)
+
+    def relation(self, suffix: str) -> Relation:
+        assert suffix in self.schemas, f"BUG: state {suffix} of {self.owner} is not among the build's tables"
+        return Relation(state_name(self.owner, suffix), "state", self.schemas[suffix], {"owner": self.owner},
+                        self.epoch)
 
     def lookup(self, suffix: str, by: list[str], keys: pa.Table) -> pa.Table:
         return self.relation(suffix).schema.arrow().empty_table()

@@ -73,9 +73,9 @@ class Store:
         self.check_retained(rel, epoch)
         return df
 
-    def plain_snapshot(self, rel: Relation, epoch: int) -> bool:
-        """Whether `snapshot(rel, epoch)` is a plain Parquet scan (`snapshot.is_plain`)."""
-        return snap.is_plain(self.catalog, rel.name, rel.schema, epoch)
+    def rereads_cheaply(self, rel: Relation, epoch: int) -> bool:
+        """Whether `snapshot(rel, epoch)` read again costs less than a cache (`snapshot.rereads_cheaply`)."""
+        return snap.rereads_cheaply(self.catalog, rel.name, rel.schema, epoch)
 
     def visible(self, rel: Relation, epoch: int) -> DataFrame:
         """The visible columns of `rel` as of a committed epoch: a user's read (`read`)."""

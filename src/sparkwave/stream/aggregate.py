@@ -160,6 +160,8 @@ class Aggregate(Operator):
     # --- per epoch -----------------------------------------------------------------------------
     def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
         assert not root, "BUG: an aggregate's output reaches the MV through a projection"
+        if self.id in io.given:  # a snapshot build's, computed by Spark (`Dataflow`'s top)
+            return io.given[self.id] if io.given[self.id].num_rows else None
         child = self.input.delta(io)
         if child is None or child.num_rows == 0:
             return None

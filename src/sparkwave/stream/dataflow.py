@@ -15,13 +15,17 @@ and `Dataflow.log_slice` computes its log rows for many epochs in one job.
 **From a snapshot** (`Dataflow.build`): the same tree as Spark DataFrames over the upstreams'
 snapshots at one epoch gives the MV's rows and every state table's rows, for a backfill. A frame
 that feeds more than one table is persisted, so writing every table evaluates each subtree once;
-`release()` frees it. A large stateful backfill is built in chunks (`stream/chunking.py`):
+`release()` frees it. What is above the tree's last aggregate (its `Top`: an average of per-group
+maxima, say) is evaluated on the driver from that aggregate's output when the output is small, as
+`build_local` evaluates a small snapshot. A large stateful backfill is built in chunks (`stream/chunking.py`):
 `build_chunk` per vnode range of the driving scan, then `build_merge` adds up an aggregate's
 partials and evaluates what is above it."""
 
 from __future__ import annotations
 
 import functools
+import threading
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +36,7 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
+from sparkwave.core.zset import with_weight
 from sparkwave.storage.links import Linked, small_enough_to_link
 from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import EmptyStateIO, StateIO, state_name
@@ -41,9 +46,11 @@ from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.join import Join
 from sparkwave.stream.materialize import Materialize
-from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, FrameIO, SnapshotIO, collect
+from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, FrameIO, Operator, SnapshotIO, collect
 from sparkwave.stream.plan import from_json, state_schemas
 from sparkwave.stream.values import Values
+
+TOP_ROWS = 100_000  # at most this many output rows of the top aggregate: what is above it runs on the driver
 
 
 class Dataflow:
@@ -106,14 +113,25 @@ class Dataflow:
                 out[e] = rows
         return out
 
-    def build(self, epoch: int, vnodes: tuple[int, int] | None = None) -> dict[str, DataFrame | Linked]:
+    def build(self, epoch: int, vnodes: tuple[int, int] | None = None, *, top_rows: int = TOP_ROWS
+              ) -> dict[str, Built]:
         """Every table of the MV (its own rows, then each state table) as `| _vnode | columns |`
         DataFrames over the upstreams' snapshots at `epoch` (a state linked from a table's files as
-        `Linked`); with `vnodes`, only the upstream rows
+        `Linked`; the tables above the tree's top aggregate as `TopTable`s, evaluated on the driver
+        if that aggregate has at most `top_rows` rows: `Top`); with `vnodes`, only the upstream rows
         of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
         assert vnodes is None or self.root.stateless, "BUG: a stateful tree is chunked by build_chunk"
         io = self._io(epoch, vnodes)
-        return self._tables(io, self.root.batch(io))
+        top = top_of(self.root)
+        if top is None:
+            return self._tables(io, self.root.batch(io))
+        io.outputs[top.id] = top.batch(io)  # Spark evaluates the tree up to the aggregate, once
+        tops = Top(self, io, top, top_rows)
+        below = self._tables(io, None)
+        # the MV's first, so that its writer starts the top at once; the top's others wait for it,
+        # so they come after the tables below, whose writes need no writer of theirs to wait
+        first, *others = tops.names
+        return {first: TopTable(tops, first), **below, **{name: TopTable(tops, name) for name in others}}
 
     @property
     def builds_locally(self) -> bool:
@@ -132,16 +150,23 @@ class Dataflow:
         insert = [F.lit(epoch).cast("bigint").alias("_epoch"), F.lit(0).cast("bigint").alias("_seq"),
                   F.lit(int(Op.INSERT)).cast("tinyint").alias("_op")]
         changes = {u: self.rt.read(self.rt.relation(u), epoch).select(*insert, "*") for u in self.rel.upstreams}
-        states = EmptyStateIO(self.rt, self.rel.name, prev=0, epoch=epoch)
-        d = self.root.delta(EpochIO(self.rt, {}, states, changes), root=True)
+        states = EmptyStateIO(self.rt, self.rel.name, prev=0, epoch=epoch, schemas=self._state_schemas)
+        return self._inserts(EpochIO(self.rt, {}, states, changes), epoch, list(self._state_schemas))
+
+    def _inserts(self, io: EpochIO, epoch: int, suffixes: list[str]) -> dict[str, pa.Table]:
+        """The MV's and the state tables' (`suffixes`) rows `| _vnode | columns |` from one epoch of
+        inserts through the tree from empty state (`io.state`, an `EmptyStateIO`)."""
+        states = io.state
+        assert isinstance(states, EmptyStateIO), "BUG: a build from inserts starts from empty state"
+        d = self.root.delta(io, root=True)
         out = {self.rel.name: _inserted(self.rel, None if d is None else self.materialize.log_rows(d, epoch))}
-        for suffix in self._state_schemas:
+        for suffix in suffixes:
             rel = states.relation(suffix)
             out[rel.name] = _inserted(rel, states.staged.get(rel.name))
         return out
 
     def build_chunk(self, epoch: int, plan: ChunkPlan, vnodes: tuple[int, int],
-                    sides: dict[str, list[str]]) -> dict[str, DataFrame | Linked]:
+                    sides: dict[str, list[str]]) -> dict[str, Built]:
         """A stateful tree's tables over the driving scan's rows of `vnodes` (and the other scans'
         whole snapshots): with an aggregate above the driving scan, its partials and value counts
         (as `<table>#partial`) and the state below it; else the MV's rows and every state table's.
@@ -160,8 +185,7 @@ class Dataflow:
         out = self._tables(io, None)
         return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
 
-    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]]
-                    ) -> dict[str, DataFrame | Linked]:
+    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]]) -> dict[str, Built]:
         """The last chunk: the aggregate's partials and value counts of all chunks (their files, by
         table) added up, and the MV and every state table above the aggregate from them."""
         agg = plan.aggregate
@@ -193,13 +217,14 @@ class Dataflow:
         self._builds.append(io)
         return io
 
-    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, DataFrame | Linked]:
+    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, Built]:
         """The MV's rows (if evaluated) and each state table whose rows `io` gathered, as
         `| _vnode | columns |`, or as the table whose snapshot files they are (`Linked`). The
         frames to size first (`SnapshotIO.size_first`) are computed now, before any write is planned."""
         for rows in io.sized:
             rows.count()
-        out: dict[str, DataFrame | Linked] = {} if root_rows is None else {
+        io.sized.clear()
+        out: dict[str, Built] = {} if root_rows is None else {
             self.rel.name: self.materialize.rows(root_rows)}
         for suffix, schema in self._state_schemas.items():
             if suffix in io.links:
@@ -215,6 +240,87 @@ class Dataflow:
         for io in self._builds:
             io.release()
         self._builds.clear()
+
+
+def top_of(root: Operator) -> Aggregate | None:
+    """The aggregate that starts a tree's top: the lowest one the root reaches through operators of
+    one input each (Nexmark q4's maxima per auction, below their average per category); None if
+    there is none, or if an operator above it is a scalar aggregate (whose row over no input only
+    Spark's build makes)."""
+    op, found, above = root, None, []
+    while len(op.inputs) == 1:
+        above.append(op)
+        op = op.inputs[0]
+        if isinstance(op, Aggregate):
+            found = op
+            if any(isinstance(o, Aggregate) and o.scalar for o in above):
+                return None
+    return found
+
+
+class Top:
+    """The tables above a tree's top aggregate (`top_of`): the MV's and its operators' state
+    tables. Spark's build of them is a chain of small jobs (each level persisted, then read by each
+    table it feeds), so when the aggregate's output has at most `top_rows` rows it is collected,
+    and the operators above it run on the driver as one epoch of inserts from empty state (as
+    `build_local` runs a small snapshot): their tables are written from Arrow with no Spark job.
+    Else Spark builds them as any other table. Evaluated once, when a writer first asks for one of
+    them (`TopTable.resolve`), so that the other tables' writes start meanwhile; if it fails, every
+    writer of its tables fails with the same error rather than evaluating it again."""
+
+    def __init__(self, flow: Dataflow, io: SnapshotIO, aggregate: Aggregate, top_rows: int) -> None:
+        self.flow, self.io, self.aggregate, self.top_rows = flow, io, aggregate, top_rows
+        below = {op.id for op in aggregate.walk()}
+        self.suffixes = [suffix for op in flow.root.walk() if op.id not in below for suffix in op.state_tables()]
+        self.names = [flow.rel.name, *[state_name(flow.rel.name, x) for x in self.suffixes]]
+        self._lock = threading.Lock()
+        self._tables: dict[str, Built | pa.Table] | None = None
+        self._error: BaseException | None = None
+
+    def table(self, name: str) -> DataFrame | pa.Table:
+        """The rows of the top's table `name`: Arrow if the driver evaluated the top, else Spark's frame."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._tables is None:
+                try:
+                    self._tables = self._evaluate()
+                except BaseException as e:
+                    self._error = e
+                    raise
+        out = self._tables[name]
+        assert isinstance(out, (DataFrame, pa.Table)), f"BUG: top table {name} is {type(out).__name__}"
+        return out
+
+    def _evaluate(self) -> dict[str, Built | pa.Table]:
+        rows = self.io.outputs[self.aggregate.id]
+        given = collect(rows.limit(self.top_rows + 1), self.aggregate.arrow_schema())  # no count first
+        if given.num_rows <= self.top_rows:
+            schemas = {x: self.flow._state_schemas[x] for x in self.suffixes}
+            states = EmptyStateIO(self.flow.rt, self.flow.rel.name, prev=0, epoch=self.io.epoch, schemas=schemas)
+            io = EpochIO(self.flow.rt, {}, states, given={self.aggregate.id: with_weight(given, 1)})
+            return dict(self.flow._inserts(io, self.io.epoch, self.suffixes))
+        return dict(self.flow._tables(self.io, self.flow.root.batch(self.io)))
+
+
+@dataclass(frozen=True)
+class TopTable:
+    """One table of a `Top`, as a writer's build asks for it."""
+
+    top: Top
+    name: str
+
+    def resolve(self) -> DataFrame | pa.Table:
+        """Its rows, the top evaluated if no writer has yet."""
+        return self.top.table(self.name)
+
+
+Built = DataFrame | Linked | TopTable  # a table of a snapshot build, as `Dataflow.build` hands it to its writer
+
+
+def resolved(table: Built | pa.Table) -> DataFrame | pa.Table | Linked:
+    """A built table's rows for its writer: a top's table evaluated (`Top`)."""
+    return table.resolve() if isinstance(table, TopTable) else table
 
 
 def _inserted(rel: Relation, log: pa.Table | None) -> pa.Table:

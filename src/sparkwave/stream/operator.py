@@ -75,7 +75,9 @@ class EpochIO:
     """What a tree reads and writes in one epoch: its upstreams' log files by relation (of one
     epoch, or of several for a stateless tree's slice), the same rows of one epoch as local frames
     where the driver still holds them (`changes`), the changes of the chains that a source's read
-    computed (`fused`), and its MV's state tables."""
+    computed (`fused`), an aggregate's whole output that a snapshot build computed in Spark, as
+    inserts, for the driver to evaluate what is above it (`given`: `Dataflow`'s top), and its MV's
+    state tables."""
 
     rt: Store
     inputs: dict[str, list[str]]
@@ -83,6 +85,7 @@ class EpochIO:
     changes: dict[str, DataFrame] = field(default_factory=dict)  # `held_log` frames, by upstream
     shares: dict[int, pa.Table | None] = field(default_factory=dict)  # a shared operator's change, by id
     fused: dict[int, pa.Table] = field(default_factory=dict)  # a chain's change from its upstream's read, by id
+    given: dict[int, pa.Table] = field(default_factory=dict)  # an aggregate's change computed by Spark, by id
 
     @property
     def spark(self) -> SparkSession:
@@ -216,15 +219,16 @@ class SnapshotIO:
 
     def once(self, op: Operator) -> DataFrame:
         """`op`'s output for more than one use: persisted (evaluated once), unless Spark computes it
-        again for less than caching costs: projections (and shares) over plain snapshots or constant
-        rows, read again (q7's 1.7M-row bid side: a CREATE 6.1 -> 4.1 s), or over an aggregate, whose
-        partials are persisted (q5's 7.3M-row join side and max input are not cached twice more)."""
+        again for less than caching costs: projections (and shares) over snapshots that read again
+        cheaply (`Store.rereads_cheaply`: q7's 1.7M-row bid side, a CREATE 6.1 -> 4.1 s) or constant
+        rows, or over an aggregate, whose partials are persisted (q5's 7.3M-row join side and max
+        input are not cached twice more)."""
         rows = op.batch(self)
         below = _below_projections(op)
         if below.keeps_state:
             again = below.output_persisted
         else:
-            again = not below.inputs and all(self.rt.plain_snapshot(self.rt.relation(u), self.epoch)
+            again = not below.inputs and all(self.rt.rereads_cheaply(self.rt.relation(u), self.epoch)
                                              for u in below.upstreams())
         return rows if again else self.shared(rows)
 
