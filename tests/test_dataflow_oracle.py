@@ -316,6 +316,8 @@ TOP_MVS = [  # what is above a tree's last aggregate (through operators of one i
     (*AGG_MVS[4], "blocking"),  # an aggregate of an aggregate, built before the catalog has its state tables
     (*AGG_MVS[0], "snapshot"),  # only the MV's projection above its aggregate
     (*AGG_MVS[2], "blocking"),  # a scalar aggregate: its row over no input
+    ("t_q4_chunks", "SELECT q.name, avg(q.mx) AS a, count(*) AS n FROM (SELECT dim.g, dim.name, max(f.v) AS mx "
+                    "FROM f JOIN dim ON f.g = dim.g GROUP BY dim.g, dim.name) q GROUP BY q.name", "chunks"),  # merged
 ]
 
 
@@ -340,8 +342,10 @@ def test_a_builds_top_runs_on_the_driver_as_spark_would_run_it(spark, tmp_path_f
                 s.sql(to_sql(statement))
             model.apply_epoch(seed)
             s.flush()
-            for name, sql, strategy in TOP_MVS:
-                s.sql(f"CREATE MATERIALIZED VIEW {name} WITH (backfill_strategy = '{strategy}') AS {sql}")
+            for name, sql, strategy in TOP_MVS:  # ("chunks": 15 rows of f a chunk, then a merge chunk)
+                s.sql(f"SET backfill_chunk_rows = {15 if strategy == 'chunks' else 10_000_000}")
+                s.sql(f"CREATE MATERIALIZED VIEW {name} WITH (backfill_strategy = "
+                      f"'{'snapshot' if strategy == 'chunks' else strategy}') AS {sql}")
                 model.view(name, sql)
             s.sql("SET big_epoch_rows = 1000000")  # the epochs' steps on the driver again
             epoch = s.committed_epoch
@@ -349,6 +353,8 @@ def test_a_builds_top_runs_on_the_driver_as_spark_would_run_it(spark, tmp_path_f
             for name in names:
                 files = s.catalog.base_at(name, epoch).files
                 assert {pq.ParquetFile(f).metadata.created_by.split(" ")[0] for f in files} == {writer}, name
+            job = next(j for j in s.jobs() if j.name == "t_q4_chunks")
+            assert len(s.catalog.job_chunks(job.id)) > 2, "t_q4_chunks was built in one chunk"
             built[big] = {r.name: multiset(rows_of(s.rt.snapshot(r, epoch))) for r in s.catalog.relations(
                 internal=True) if r.name.split(".")[0] in names}
             for batch in ([("update", "f", {"v": "v + 3"}, "id % 3 = 0"), ("delete", "dim", "g = 1")],

@@ -178,11 +178,12 @@ class CreatingJob:
         budget = min(limit, self.limiter.available(job.rate_limit))
         if budget <= 0:
             return Step(wait=self.limiter.wait_for(job.rate_limit or 0))
+        top_rows = min(TOP_ROWS, self._epoch_rows())  # (what the driver may hold of one epoch)
         if job.next_vnode >= VNODES:
             merging = plan
             assert merging is not None
             return self._chunk(job, rel, flow, VNODES, VNODES + 1, 0,
-                               lambda: flow.build_merge(s, merging, self._partials(chunks)))
+                               lambda: flow.build_merge(s, merging, self._partials(chunks), top_rows=top_rows))
         driving = plan.driving.relation if plan else None
         counts = [sum(c[v] for u, c in per_upstream.items() if driving in (None, u)) for v in range(VNODES)]
         lo = hi = job.next_vnode
@@ -199,7 +200,6 @@ class CreatingJob:
         if plan is None and flow.builds_locally and rows <= self._epoch_rows():
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s))  # no bigger than an epoch
         if plan is None:
-            top_rows = min(TOP_ROWS, self._epoch_rows())  # (what the driver may hold of one epoch)
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(
                 s, (lo, hi) if flow.root.stateless else None, top_rows=top_rows), skip=flow.root.stateless and not rows)
         chunked = plan

@@ -17,9 +17,9 @@ snapshots at one epoch gives the MV's rows and every state table's rows, for a b
 that feeds more than one table is persisted, so writing every table evaluates each subtree once;
 `release()` frees it. What is above the tree's last aggregate (its `Top`: an average of per-group
 maxima, say) is evaluated on the driver from that aggregate's output when the output is small, as
-`build_local` evaluates a small snapshot. A large stateful backfill is built in chunks (`stream/chunking.py`):
-`build_chunk` per vnode range of the driving scan, then `build_merge` adds up an aggregate's
-partials and evaluates what is above it."""
+`build_local` evaluates a small snapshot. A large stateful backfill is built in chunks
+(`stream/chunking.py`): `build_chunk` per vnode range of the driving scan, then `build_merge` adds
+up an aggregate's partials and evaluates what is above it (its top, if it is the tree's)."""
 
 from __future__ import annotations
 
@@ -126,12 +126,7 @@ class Dataflow:
         if top is None:
             return self._tables(io, self.root.batch(io))
         io.outputs[top.id] = top.batch(io)  # Spark evaluates the tree up to the aggregate, once
-        tops = Top(self, io, top, top_rows)
-        below = self._tables(io, None)
-        # the MV's first, so that its writer starts the top at once; the top's others wait for it,
-        # so they come after the tables below, whose writes need no writer of theirs to wait
-        first, *others = tops.names
-        return {first: TopTable(tops, first), **below, **{name: TopTable(tops, name) for name in others}}
+        return self._with_top(io, top, top_rows)
 
     @property
     def builds_locally(self) -> bool:
@@ -185,9 +180,11 @@ class Dataflow:
         out = self._tables(io, None)
         return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
 
-    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]]) -> dict[str, Built]:
+    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]], *, top_rows: int = TOP_ROWS
+                    ) -> dict[str, Built]:
         """The last chunk: the aggregate's partials and value counts of all chunks (their files, by
-        table) added up, and the MV and every state table above the aggregate from them."""
+        table) added up, and the MV and every state table above the aggregate from them (on the
+        driver, if the aggregate is the tree's top and has at most `top_rows` rows: `Top`)."""
         agg = plan.aggregate
         assert agg is not None, "BUG: only a plan with an aggregate merges"
         io = self._io(epoch, None)
@@ -199,12 +196,24 @@ class Dataflow:
 
         values = [read(agg.values_state(j)) for j in range(len(agg.value_args()))]
         io.outputs[agg.id] = agg.merge_partials(io, read(agg.partials_state), values)
+        top = top_of(self.root)
+        if top is not None and top.id == agg.id:  # (then no share below it is read above it)
+            return self._with_top(io, agg, top_rows)
         root = self.root.batch(io)
         for op in agg.input.walk():  # the chunks wrote these: a shared one (`Share`) is also read above
             for suffix in op.state_tables():
                 io.state_rows.pop(suffix, None)
                 io.links.pop(suffix, None)
         return self._tables(io, root)
+
+    def _with_top(self, io: SnapshotIO, top: Aggregate, top_rows: int) -> dict[str, Built]:
+        """The tables below the tree's top aggregate, which `io` gathered (the aggregate's output is
+        in `io.outputs`), and the top's as `TopTable`s: the MV's first, so that its writer starts the
+        top at once; the top's others wait for it, so they come after the tables below."""
+        tops = Top(self, io, top, top_rows)
+        below = self._tables(io, None)
+        first, *others = tops.names
+        return {first: TopTable(tops, first), **below, **{name: TopTable(tops, name) for name in others}}
 
     @property
     def _state_schemas(self) -> dict[str, Schema]:
