@@ -34,13 +34,13 @@ def acked_statements(progress) -> dict[int, int]:
     return acked
 
 
-def in_flight(acked: dict[int, int]) -> tuple[int, int] | None:
+def in_flight(acked: dict[int, int], batch=child.batch, batches: int = child.BATCHES) -> tuple[int, int] | None:
     """The statement after the last acknowledged one: the SIGKILL comes from the job's thread, so it
     may land after that statement ran and before the child wrote its acknowledgement."""
     if not acked:
         return 0, 0
     i = max(acked)
-    return (i, acked[i]) if acked[i] < len(child.batch(i)) else (i + 1, 0) if i + 1 < child.BATCHES else None
+    return (i, acked[i]) if acked[i] < len(batch(i)) else (i + 1, 0) if i + 1 < batches else None
 
 
 def model_of(acked: dict[int, int]) -> Model:
