@@ -4,6 +4,8 @@ and ends equal to the oracle at every epoch it is readable at."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import sparkwave
@@ -34,7 +36,8 @@ def acked_statements(progress) -> dict[int, int]:
     return acked
 
 
-def in_flight(acked: dict[int, int], batch=child.batch, batches: int = child.BATCHES) -> tuple[int, int] | None:
+def in_flight(acked: dict[int, int], batch: Callable[[int], list[tuple]] = child.batch,
+              batches: int = child.BATCHES) -> tuple[int, int] | None:
     """The statement after the last acknowledged one: the SIGKILL comes from the job's thread, so it
     may land after that statement ran and before the child wrote its acknowledgement."""
     if not acked:

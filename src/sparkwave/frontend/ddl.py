@@ -23,7 +23,7 @@ from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import SPECS, Settings
 from sparkwave.storage.compaction import write_base
 from sparkwave.storage.state import state_name
-from sparkwave.stream.dataflow import TOP_ROWS, Dataflow, resolved
+from sparkwave.stream.dataflow import Dataflow, resolved
 from sparkwave.stream.plan import state_schemas
 
 
@@ -178,7 +178,7 @@ class Ddl:
             if strategy == "blocking":
                 flow = Dataflow(self.rt, rel)
                 try:
-                    built = flow.build(epoch, top_rows=min(TOP_ROWS, settings.big_epoch_rows))
+                    built = flow.build(epoch, driver_rows=settings.big_epoch_rows)
                     bases = [write_base(self.rt, t, resolved(built[t.name]), epoch, crash_name="mid_backfill",
                                         record=False) for t in tables]
                 finally:

@@ -64,7 +64,7 @@ from sparkwave.storage.compaction import write_base_files
 from sparkwave.storage.links import Linked, link_base_files
 from sparkwave.storage.state import state_name, state_relations
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
-from sparkwave.stream.dataflow import TOP_ROWS, Built, Dataflow, resolved
+from sparkwave.stream.dataflow import Built, Dataflow, resolved
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
 MAX_WRITERS = 4  # a chunk's tables written at once
@@ -178,12 +178,12 @@ class CreatingJob:
         budget = min(limit, self.limiter.available(job.rate_limit))
         if budget <= 0:
             return Step(wait=self.limiter.wait_for(job.rate_limit or 0))
-        top_rows = min(TOP_ROWS, self._epoch_rows())  # (what the driver may hold of one epoch)
+        driver_rows = self._epoch_rows()  # what the driver may hold: one big epoch's rows
         if job.next_vnode >= VNODES:
             merging = plan
             assert merging is not None
             return self._chunk(job, rel, flow, VNODES, VNODES + 1, 0,
-                               lambda: flow.build_merge(s, merging, self._partials(chunks), top_rows=top_rows))
+                               lambda: flow.build_merge(s, merging, self._partials(chunks), driver_rows=driver_rows))
         driving = plan.driving.relation if plan else None
         counts = [sum(c[v] for u, c in per_upstream.items() if driving in (None, u)) for v in range(VNODES)]
         lo = hi = job.next_vnode
@@ -197,11 +197,12 @@ class CreatingJob:
             plan = None  # fits in one chunk: the single pass, with no merge
         if plan is None and not flow.root.stateless:
             hi, rows = VNODES, sum(sum(c[lo:]) for c in per_upstream.values())
-        if plan is None and flow.builds_locally and rows <= self._epoch_rows():
+        if plan is None and flow.builds_locally and rows <= driver_rows:
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s))  # no bigger than an epoch
         if plan is None:
-            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(
-                s, (lo, hi) if flow.root.stateless else None, top_rows=top_rows), skip=flow.root.stateless and not rows)
+            vnodes = (lo, hi) if flow.root.stateless else None
+            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(s, vnodes, driver_rows=driver_rows),
+                               skip=flow.root.stateless and not rows)
         chunked = plan
         if lo == 0:  # the first chunk reads the other upstreams whole, and hands their sides on
             rows += sum(sum(c) for u, c in per_upstream.items() if u != driving)

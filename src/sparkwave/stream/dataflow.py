@@ -113,12 +113,13 @@ class Dataflow:
                 out[e] = rows
         return out
 
-    def build(self, epoch: int, vnodes: tuple[int, int] | None = None, *, top_rows: int = TOP_ROWS
+    def build(self, epoch: int, vnodes: tuple[int, int] | None = None, *, driver_rows: int = TOP_ROWS
               ) -> dict[str, Built]:
         """Every table of the MV (its own rows, then each state table) as `| _vnode | columns |`
         DataFrames over the upstreams' snapshots at `epoch` (a state linked from a table's files as
         `Linked`; the tables above the tree's top aggregate as `TopTable`s, evaluated on the driver
-        if that aggregate has at most `top_rows` rows: `Top`); with `vnodes`, only the upstream rows
+        if that aggregate has at most `driver_rows` (`big_epoch_rows`) and `TOP_ROWS` rows: `Top`);
+        with `vnodes`, only the upstream rows
         of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
         assert vnodes is None or self.root.stateless, "BUG: a stateful tree is chunked by build_chunk"
         io = self._io(epoch, vnodes)
@@ -126,7 +127,7 @@ class Dataflow:
         if top is None:
             return self._tables(io, self.root.batch(io))
         io.outputs[top.id] = top.batch(io)  # Spark evaluates the tree up to the aggregate, once
-        return self._with_top(io, top, top_rows)
+        return self._with_top(io, top, driver_rows)
 
     @property
     def builds_locally(self) -> bool:
@@ -180,11 +181,11 @@ class Dataflow:
         out = self._tables(io, None)
         return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
 
-    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]], *, top_rows: int = TOP_ROWS
-                    ) -> dict[str, Built]:
+    def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]], *,
+                    driver_rows: int = TOP_ROWS) -> dict[str, Built]:
         """The last chunk: the aggregate's partials and value counts of all chunks (their files, by
         table) added up, and the MV and every state table above the aggregate from them (on the
-        driver, if the aggregate is the tree's top and has at most `top_rows` rows: `Top`)."""
+        driver, if the aggregate is the tree's top and small: `build`'s `driver_rows`)."""
         agg = plan.aggregate
         assert agg is not None, "BUG: only a plan with an aggregate merges"
         io = self._io(epoch, None)
@@ -198,7 +199,7 @@ class Dataflow:
         io.outputs[agg.id] = agg.merge_partials(io, read(agg.partials_state), values)
         top = top_of(self.root)
         if top is not None and top.id == agg.id:  # (then no share below it is read above it)
-            return self._with_top(io, agg, top_rows)
+            return self._with_top(io, agg, driver_rows)
         root = self.root.batch(io)
         for op in agg.input.walk():  # the chunks wrote these: a shared one (`Share`) is also read above
             for suffix in op.state_tables():
@@ -206,11 +207,11 @@ class Dataflow:
                 io.links.pop(suffix, None)
         return self._tables(io, root)
 
-    def _with_top(self, io: SnapshotIO, top: Aggregate, top_rows: int) -> dict[str, Built]:
+    def _with_top(self, io: SnapshotIO, top: Aggregate, driver_rows: int) -> dict[str, Built]:
         """The tables below the tree's top aggregate, which `io` gathered (the aggregate's output is
         in `io.outputs`), and the top's as `TopTable`s: the MV's first, so that its writer starts the
         top at once; the top's others wait for it, so they come after the tables below."""
-        tops = Top(self, io, top, top_rows)
+        tops = Top(self, io, top, min(TOP_ROWS, driver_rows))
         below = self._tables(io, None)
         first, *others = tops.names
         return {first: TopTable(tops, first), **below, **{name: TopTable(tops, name) for name in others}}
