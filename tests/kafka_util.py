@@ -31,13 +31,16 @@ class Topic:
     partitions: int
     name: str = field(default_factory=lambda: f"t_{uuid.uuid4().hex[:10]}")
     messages: list[Message] = field(default_factory=list)
+    max_bytes: int | None = None  # the largest message the topic and its producer take (None: the broker's)
 
     def __post_init__(self) -> None:
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": QUIET})
+        config = {} if self.max_bytes is None else {"max.message.bytes": str(self.max_bytes)}
         for f in self.admin.create_topics([NewTopic(self.name, num_partitions=self.partitions,
-                                                    replication_factor=1)]).values():
+                                                    replication_factor=1, config=config)]).values():
             f.result()
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 1, "logger": QUIET})
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 1, "logger": QUIET,
+                                  **({} if self.max_bytes is None else {"message.max.bytes": self.max_bytes})})
 
     def add_partitions(self, total: int) -> None:
         for f in self.admin.create_partitions([NewPartitions(self.name, total)]).values():

@@ -187,7 +187,8 @@ def finish(spark, wh: Path, h: History, rnd: random.Random, *, every: bool) -> N
         assert on_disk <= referenced, f"orphan files: {sorted(on_disk - referenced)[:10]}"
         assert not list(s.warehouse.staging_dir().iterdir()), "staged DML left behind"
         names = {r.name for r in s.catalog.relations(creating=True, internal=True)}
-        assert set(s.warehouse.relation_dirs()) <= names
+        assert set(s.warehouse.tables_entries()) <= names
+        assert not (wh / "lost+found").exists(), "recovery found files the catalog did not record as sparkwave's"
         check(s, h, rnd, every=every)
 
 

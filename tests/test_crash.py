@@ -61,6 +61,7 @@ def test_restart_after_sigkill_loses_and_duplicates_nothing(spark, tmp_path, cra
     assert acked >= 1, "the crash came before any batch was acknowledged: the point was not exercised"
 
     with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        assert not (wh / "lost+found").exists(), "recovery found files the catalog did not record as sparkwave's"
         s.flush()  # recovery replayed the uncommitted plan; pending DML lands now
         model = model_after(acked)
         assert multiset(rows_of(s.table("t"))) == multiset(model.rows("t"))

@@ -374,6 +374,9 @@ def test_a_warehouse_whose_next_epoch_keeps_failing_opens_says_why_and_recovers_
             s.flush()
         assert "materialized view 'bad'" in str(failed.value)
     with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        # the replay runs in the loop's thread, so connect() returned before it failed
+        with pytest.raises(PipelineError, match="out of driver memory"):
+            s.flush()
         assert "materialized view 'bad'" in (s.pipeline_error or "")
         s.sql("DROP MATERIALIZED VIEW bad")
         s.flush()

@@ -266,7 +266,7 @@ def test_alter_source_rate_limit_pauses_and_releases_the_source(session, kafka):
     session.flush()
     assert sorted(r.id for r in session.table("ev").collect()) == list(range(40))
     assert next(j for j in session.jobs() if j.name == "ev").error is None  # the pause no longer said
-    with pytest.raises(SqlError, match="not a Kafka source"):
+    with pytest.raises(SqlError, match="not fed by a connector"):
         session.sql("ALTER SOURCE t SET SOURCE_RATE_LIMIT = 5")
 
 
@@ -279,7 +279,7 @@ def test_the_decoder_turns_any_failure_of_a_message_into_a_bad_record():
         "123456789012345678901234567890.13"  # 38 digits fit, beyond the default context's 28
     with pytest.raises(BadRecord, match="column t"):
         d.decode(json.dumps({"t": "0001-01-01T00:00:00+01:00"}))  # before year 1 in UTC
-    with pytest.raises(BadRecord, match="not valid JSON"):
+    with pytest.raises(BadRecord, match="nested deeper than 128 levels"):
         d.decode("[" * 100_000)
 
     class Msg:

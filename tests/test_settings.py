@@ -29,9 +29,9 @@ def test_defaults_and_stored_values_read_typed(tmp_path):
 @pytest.mark.parametrize(("key", "text", "words"), [
     ("retention_seconds", "inf", ["non-negative number"]),
     ("retention_seconds", "-1", ["non-negative number"]),
-    ("compaction_epochs", "1e400", ["non-negative integer"]),
-    ("compaction_epochs", "2.5", ["non-negative integer"]),
-    ("backfill_chunk_rows", "0", ["positive integer"]),
+    ("compaction_epochs", "1e400", ["integer from 0 to 1000000"]),
+    ("compaction_epochs", "2.5", ["integer from 0 to 1000000"]),
+    ("backfill_chunk_rows", "0", ["integer from 1 to 1000000000"]),
     ("background_ddl", "maybe", ["true or false"]),
     ("backfill_rate_limit", "-3", ["DEFAULT"]),
     ("backfill_strategy", "magic", ["unknown backfill strategy", "snapshot"]),

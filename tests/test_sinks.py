@@ -215,7 +215,8 @@ def test_bad_sinks_are_refused_and_create_nothing(session, postgres, tmp_path):
          "inside the warehouse"),
         ("CREATE SINK b FROM agg WITH (connector = 'kafka', topic = 'x', "
          "properties.bootstrap.server = '127.0.0.1:1')", "cannot be reached"),
-        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'x', colour = 'red')", "unknown option.s. colour"),
+        (f"CREATE SINK b FROM agg WITH ({pg}, table = 'x', colour = 'red')",
+         "option colour is not allowed for the postgres connector"),
         ("CREATE SINK b FROM agg", "expected CREATE SINK"),
     ]
     for sql, message in cases:
@@ -429,3 +430,28 @@ def test_bytea_reaches_postgres_and_kafka(session, postgres, kafka):
                 "scan.startup.mode = 'earliest') FORMAT UPSERT ENCODE JSON")
     session.flush()
     assert multiset((r["k"], r["v"] and bytes(r["v"])) for r in session.table("back").collect()) == want
+
+
+def test_a_nul_in_text_neither_stalls_the_postgres_sink_nor_reaches_it(session, postgres):
+    """PostgreSQL text cannot hold NUL (U+0000), sparkwave's can: the sink removes it from text
+    values and leaves out a row whose key holds one, names the first in SHOW SINKS, and delivers on."""
+    db, dsn = new_db(postgres)
+    session.sql("CREATE TABLE n (k varchar PRIMARY KEY, v varchar, i int)")
+    session.sql("CREATE MATERIALIZED VIEW nv AS SELECT k, v, i FROM n")
+    session.sql(f"CREATE SINK s FROM nv WITH ({pg_with(postgres, db)}, table = 'out', auto.create = 'true')")
+    session.sql("INSERT INTO n VALUES ('a', 'x' || chr(0) || 'y', 1), ('b' || chr(0), 'z', 2), ('c', 'w', 3)")
+    first = session.flush()
+    assert sorted(r.v for r in session.table("n").collect()) == ["w", "x\x00y", "z"]  # sparkwave keeps NUL
+    wait_sink(session, "s", first)
+    assert pg_rows(dsn, "out", ["k", "v", "i"]) == multiset([("a", "xy", 1), ("c", "w", 3)])
+    shown = session.sql("SHOW SINKS").collect()[0]
+    assert shown["phase"] == "running" and shown["committed_epoch"] == first
+    assert shown["last_error"].startswith("note: column k of the row with key (k = 'b\\x00') holds NUL (U+0000)")
+    assert "the row is not delivered" in shown["last_error"]
+    session.sql("UPDATE n SET v = 'again' || chr(0) WHERE k = 'c'")
+    session.sql("DELETE FROM n WHERE k = 'b' || chr(0)")
+    session.sql("INSERT INTO n VALUES ('d', 'ok', 4)")
+    second = session.flush()
+    wait_sink(session, "s", second)
+    assert pg_rows(dsn, "out", ["k", "v", "i"]) == multiset([("a", "xy", 1), ("c", "again", 3), ("d", "ok", 4)])
+    assert session.sql("SHOW SINKS").collect()[0]["last_error"] == shown["last_error"]  # the first, kept

@@ -8,12 +8,15 @@ from sparkwave.core.errors import (
     NotRetainedError,
     OwnershipError,
     PipelineError,
+    QueryCanceledError,
     SparkwaveError,
     SqlError,
+    WarehouseError,
 )
 from sparkwave.frontend.session import JobInfo, Session, connect
 
 __all__ = [
     "connect", "Session", "JobInfo", "SparkwaveError", "SqlError", "CatalogError", "DataError",
-    "OwnershipError", "NotRetainedError", "PipelineError",
+    "OwnershipError", "NotRetainedError", "PipelineError", "QueryCanceledError",
+    "WarehouseError",
 ]

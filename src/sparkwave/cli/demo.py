@@ -21,6 +21,7 @@ from sparkwave.cli.postgres_server import PostgresServer
 from sparkwave.core.errors import SparkwaveError
 from sparkwave.frontend.session import Session, connect
 from sparkwave.meta.barrier import EpochReport
+from sparkwave.storage.warehouse import Warehouse
 
 FIRST_MVS = """
 CREATE MATERIALIZED VIEW bids_above_90k AS
@@ -103,7 +104,8 @@ def _show_sinks(console: Console, s: Session, pg: PostgresServer, epoch: int) ->
 
 
 def run_demo(console: Console, warehouse: str, seconds: float) -> int:
-    shutil.rmtree(warehouse, ignore_errors=True)
+    Warehouse(warehouse).open()  # refuses a folder that is not a warehouse: only a warehouse is started afresh
+    shutil.rmtree(warehouse)
     console.print(f"[bold]sparkwave demo[/] · warehouse [cyan]{warehouse}[/] · Nexmark person/auction/bid, "
                   f"{seconds:.0f} s (Ctrl-C stops it cleanly)")
     console.print("starting Spark (local) ...")

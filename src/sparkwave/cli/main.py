@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -60,7 +61,7 @@ def _sql(console: Console, warehouse: str, text: str) -> int:
     with session:
         result = session.sql(text)
         if isinstance(result, DataFrame):
-            print_frame(console, result.toArrow().to_pylist(), result.columns)
+            print_rows(console, session.fetch(result), result.columns)
         else:
             session.flush()
     return 0
@@ -85,6 +86,29 @@ def _send_requests(console: Console, warehouse: str, text: str, not_owner: Owner
         else:
             console.print(f"request {request_id} taken by the owner: {outcome}", highlight=False)
     return 0
+
+
+def print_rows(console: Console, batches: Iterable[Sequence[Sequence[object]]], columns: list[str]) -> None:
+    """A query's rows as they arrive, a batch at a time, aligned as psql aligns them (within each
+    batch), then their count: a result of any size streams through in bounded memory."""
+    out, n = console.file, 0
+    for batch in batches:
+        cells = [[_cell(v) for v in row] for row in batch]
+        widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+        if n == 0:
+            out.write(" " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + "\n")
+            out.write("-" + "-+-".join("-" * w for w in widths) + "-\n")
+        out.write("".join(" " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + "\n" for r in cells))
+        out.flush()
+        n += len(cells)
+    if n == 0:
+        out.write(" " + " | ".join(columns) + "\n")
+    out.write(f"({n} row{'' if n == 1 else 's'})\n")
+    out.flush()
+
+
+def _cell(value: object) -> str:
+    return "NULL" if value is None else str(value).replace("\n", "\\n")
 
 
 def print_frame(console: Console, rows: list[dict], columns: list[str], title: str | None = None) -> None:

@@ -4,48 +4,109 @@
     fields.<col>.start / fields.<col>.end      (sequence; numbers, or timestamps stepping 1 s)
     fields.<col>.min / fields.<col>.max        (random)
     fields.<col>.seed, fields.<col>.length     (random; length of varchar values)
-    datagen.rows.per.second, datagen.split.num
+    datagen.rows.per.second, datagen.split.num, source_rate_limit, max.rows.per.epoch
 
 A sequence field with an end bounds the source: it stops once the sequence is exhausted. Values are
 functions of (seed, split, offset), so replaying an offset range generates the same rows."""
 
 from __future__ import annotations
 
+import math
+import re
+from datetime import datetime
+
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
+from sparkwave.connectors.options import (
+    MAX_GENERATOR_RATE,
+    Options,
+    choice,
+    integer,
+    max_rows_per_epoch,
+    rate_limit,
+    text,
+)
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import offsets
-from sparkwave.core.schema import Schema
+from sparkwave.core.schema import Column, Schema
 
 ROW_ID_SPLIT_SHIFT = 48
 
 
+_INTEGERS = ("smallint", "int", "bigint")
+_TIMES = ("timestamp", "timestamptz", "date")
+MAX_VALUE = 2**62  # a bound of an integer field, so that `max - min + 1` fits a bigint
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # Spark's unix_timestamp() default
+
+
 class Datagen(Connector):
     rate_option = "datagen.rows.per.second"
+    OPTIONS = Options(
+        "datagen",
+        choice("connector", "datagen"),
+        integer("datagen.rows.per.second", 1, MAX_GENERATOR_RATE, 1000),
+        integer("datagen.split.num", 1, 1024, 1),
+        rate_limit("source_rate_limit"),
+        max_rows_per_epoch(),
+        choice("fields.*.kind", "sequence", "random", default="random"),
+        text("fields.*.start"),
+        text("fields.*.end"),
+        text("fields.*.min"),
+        text("fields.*.max"),
+        integer("fields.*.seed", -(2**63), 2**63 - 1, 0),
+        integer("fields.*.length", 1, 64, 10),  # characters of a hex digest
+    )
 
     def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         super().__init__(table, schema, options)
-        known = {c.name for c in schema.columns}
+        known = {c.name for c in schema.columns if not c.hidden}
         for key in options:
             if key.startswith("fields."):
                 col = key.split(".")[1]
                 if col not in known:
                     raise SqlError(f"table {table!r}: option {key} names unknown column {col!r}")
         self._selects: dict[int, list[SparkColumn]] = {}
-        self.num_splits = self.int_option("datagen.split.num", 1)
-        if self.num_splits < 1:
-            raise SqlError(f"table {table!r}: datagen.split.num must be at least 1")
+        self.num_splits = self.int_option("datagen.split.num")
         for c in schema.columns:
             if c.hidden:
                 continue
-            kind = self._field(c.name, "kind", "random")
-            if kind not in ("sequence", "random"):
-                raise SqlError(f"table {table!r}: fields.{c.name}.kind must be 'sequence' or 'random', not {kind!r}")
+            kind = self.value(f"fields.{c.name}.kind")
             if kind == "sequence" and not (c.type.is_numeric or c.type.name in ("timestamp", "timestamptz")):
                 raise SqlError(f"table {table!r}: column {c.name!r} of type {c.type} cannot be a sequence")
+            for bound in ("start", "end", "min", "max"):
+                self._check_bound(c, kind, bound)
+            if kind == "random" and c.type.name in _INTEGERS and \
+                    int(self._field(c.name, "max", "32767") or 0) < int(self._field(c.name, "min", "0") or 0):
+                raise SqlError(f"table {table!r}: fields.{c.name}.max is below fields.{c.name}.min")
+
+    def _check_bound(self, c: Column, kind: str, bound: str) -> None:
+        """A field's start / end (sequence) or min / max (random): an integer within +-2^62 for a
+        sequence and an integer column, a number for another numeric column, a timestamp
+        'YYYY-MM-DD HH:MM:SS' for a time column."""
+        key = f"fields.{c.name}.{bound}"
+        raw = self.options.get(key)
+        if raw is None:
+            return
+        if (bound in ("start", "end")) != (kind == "sequence") or not (c.type.is_numeric or c.type.name in _TIMES):
+            raise SqlError(f"table {self.table!r}: option {key} does not apply to {kind} column {c.name!r} of type "
+                           f"{c.type} (sequence: start, end; random: min, max; numeric and time columns)")
+        try:
+            if c.type.name in _TIMES:
+                expects = "a timestamp 'YYYY-MM-DD HH:MM:SS'"
+                datetime.strptime(raw, TIME_FORMAT)
+            elif kind == "sequence" or c.type.name in _INTEGERS:
+                expects = f"an integer from {-MAX_VALUE} to {MAX_VALUE}"
+                if not re.fullmatch(r"[-+]?[0-9]{1,20}", raw) or abs(int(raw)) > MAX_VALUE:
+                    raise ValueError
+            else:
+                expects = "a finite number"
+                if not math.isfinite(float(raw)):
+                    raise ValueError
+        except ValueError:
+            raise SqlError(f"table {self.table!r}: option {key} must be {expects}, got {raw!r}") from None
 
     def _field(self, col: str, opt: str, default: str | None = None) -> str | None:
         return self.options.get(f"fields.{col}.{opt}", default)
@@ -88,10 +149,10 @@ class Datagen(Connector):
             if type_name in ("timestamp", "timestamptz"):
                 return F.timestamp_seconds(F.unix_timestamp(F.lit(start)) + n)
             return F.lit(start).cast("decimal(38,10)") + n
-        seed = int(self._field(col, "seed", "0") or 0)
+        seed = self.int_option(f"fields.{col}.seed")
         h = F.abs(F.xxhash64(F.lit(seed), F.lit(col), n))
         if type_name == "varchar":
-            length = int(self._field(col, "length", "10") or 10)
+            length = self.int_option(f"fields.{col}.length")
             return F.substring(F.sha2(F.concat_ws(":", F.lit(seed), F.lit(col), n.cast("string")), 256), 1, length)
         if type_name == "boolean":
             return F.pmod(h, F.lit(2)) == 0
@@ -105,6 +166,4 @@ class Datagen(Connector):
             frac = F.pmod(h, F.lit(1_000_000)) / F.lit(1_000_000.0)
             return F.lit(float(lo_s or 0)) + frac * (float(hi_s or 0) - float(lo_s or 0))
         lo, hi = int(lo_s or 0), int(hi_s or 0)
-        if hi < lo:
-            raise SqlError(f"table {self.table!r}: fields.{col}.max is below fields.{col}.min")
         return F.lit(lo) + F.pmod(h, F.lit(hi - lo + 1))

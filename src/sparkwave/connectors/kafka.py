@@ -27,7 +27,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkwave.connectors.base import ERROR, RAW, Connector
+from sparkwave.connectors.base import ERROR, RAW, Connector, split_budget
+from sparkwave.connectors.kafka_properties import CONSUMER, librdkafka
 from sparkwave.connectors.kafka_reader import (
     FORMAT_NAME,
     SEQ_PARTITION_SHIFT,
@@ -36,6 +37,7 @@ from sparkwave.connectors.kafka_reader import (
     consumer_config,
     read_range,
 )
+from sparkwave.connectors.options import Options, choice, integer, max_rows_per_epoch, rate_limit, text
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import LOCAL_ROWS, local_batches
 from sparkwave.core.schema import Column, Schema, parse_type
@@ -43,12 +45,20 @@ from sparkwave.core.schema import Column, Schema, parse_type
 log = logging.getLogger("sparkwave.kafka")
 
 METADATA = {"partition": "int", "offset": "bigint", "timestamp": "timestamptz", "key": "varchar"}
-DEFAULT_MAX_ROWS_PER_EPOCH = 200_000
 TASK_OFFSETS = 250_000  # a longer range is read by several Spark tasks
 BROKER_TIMEOUT_S = 3.0
-KNOWN = {"connector", "topic", "properties.bootstrap.server", "properties.bootstrap.servers",
-         "scan.startup.mode", "scan.startup.timestamp.millis", "source_rate_limit", "max.rows.per.epoch",
-         "format", "encode"}
+OPTIONS = Options(
+    "kafka",
+    choice("connector", "kafka"),
+    text("topic"),
+    choice("scan.startup.mode", "earliest", "latest", default="earliest"),
+    integer("scan.startup.timestamp.millis", 0, 2**62),
+    rate_limit("source_rate_limit"),
+    max_rows_per_epoch(),
+    text("format"),
+    text("encode"),
+    *[text(f"include.{what}") for what in METADATA],
+) + CONSUMER
 
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # sessions the reader is registered with
 _registered_lock = threading.Lock()
@@ -69,6 +79,11 @@ def unreachable(bootstrap: str) -> OSError | None:
 
 class Kafka(Connector):
     has_bad_records = True
+    OPTIONS = OPTIONS
+
+    @property
+    def where(self) -> str:
+        return f"source {self.table!r}"
 
     @staticmethod
     def extra_columns(options: dict[str, str]) -> list[Column]:
@@ -79,22 +94,17 @@ class Kafka(Connector):
 
     def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         super().__init__(table, schema, options)
-        where = f"source {table!r}"
-        unknown = sorted(k for k in options if k not in KNOWN and not k.startswith(("properties.", "include.")))
-        if unknown:
-            raise SqlError(f"{where}: unknown Kafka option(s) {', '.join(unknown)}")
+        where = self.where
         self.topic = options.get("topic") or ""
         if not self.topic:
             raise SqlError(f"{where}: the Kafka connector needs topic = '...'")
         self.bootstrap = options.get("properties.bootstrap.server") or options.get("properties.bootstrap.servers") or ""
         if not self.bootstrap:
             raise SqlError(f"{where}: the Kafka connector needs properties.bootstrap.server = 'host:port'")
-        self.properties = {k[len("properties."):]: v for k, v in options.items()
-                           if k.startswith("properties.") and not k.startswith("properties.bootstrap.")}
-        self.mode = options.get("scan.startup.mode", "earliest").lower()
-        if self.mode not in ("earliest", "latest"):
-            raise SqlError(f"{where}: scan.startup.mode must be 'earliest' or 'latest', not {self.mode!r}")
-        self.startup_ms = self.int_option("scan.startup.timestamp.millis", -1)
+        self.properties = librdkafka(options, self.values)
+        self.mode = self.value("scan.startup.mode")
+        startup = self.value("scan.startup.timestamp.millis")
+        self.startup_ms = -1 if startup is None else startup
         fmt, enc = options.get("format", "plain").lower(), options.get("encode", "json").lower()
         if enc != "json":
             raise SqlError(f"{where}: ENCODE {enc.upper()} is not supported; supported: ENCODE JSON")
@@ -106,10 +116,6 @@ class Kafka(Connector):
         if not self.upsert and not schema.append_only:
             raise SqlError(f"{where}: a table with a PRIMARY KEY reads Kafka with FORMAT UPSERT ENCODE JSON "
                            "(FORMAT PLAIN is append-only)")
-        self.max_rows_per_epoch = self.int_option("max.rows.per.epoch", DEFAULT_MAX_ROWS_PER_EPOCH)
-        if self.max_rows_per_epoch < 1:
-            raise SqlError(f"{where}: max.rows.per.epoch must be at least 1")
-        self.rate_limit = self.int_option("source_rate_limit", -1)
         roles = {options[f"include.{w}"]: w for w in METADATA if f"include.{w}" in options}
         if schema.append_only:
             roles["_row_id"] = "row_id"
@@ -181,10 +187,7 @@ class Kafka(Connector):
                 pa.array(s & ((1 << SEQ_PARTITION_SHIFT) - 1)))
 
     def plan(self, committed: dict[str, int], elapsed_ms: float) -> dict[str, list[int]]:
-        if self.rate_limit == 0:
-            self.status = "paused (source_rate_limit = 0)"
-            return {}
-        if time.time() < self._retry_at:
+        if self.paused() or time.time() < self._retry_at:
             return {}
         try:
             self._client().poll(0)  # serves the client's queued log lines (to Python logging), else they pile up
@@ -199,9 +202,7 @@ class Kafka(Connector):
             self.status = reason
             return {}
         self._failures, self.status = 0, None
-        budget = self.max_rows_per_epoch
-        if self.rate_limit > 0:
-            budget = min(budget, max(1, int(self.rate_limit * elapsed_ms / 1000)))
+        budget = self.budget(elapsed_ms)
         # Below `low`, retention removed them.
         starts = {p: max(committed.get(str(p), low), low) for p, (low, _) in marks.items()}
         take = split_budget(budget, {p: max(0, marks[p][1] - start) for p, start in starts.items()},
@@ -222,21 +223,3 @@ class Kafka(Connector):
                 _registered.add(spark)
         return (spark.read.format(FORMAT_NAME).option("schema", ddl).option("spec", self.spec.to_json())
                 .option("ranges", json.dumps(tasks)).load())
-
-
-def split_budget(budget: int, backlog: dict[int, int], turn: int = 0) -> dict[int, int]:
-    """How many of each partition's `backlog` rows an epoch of `budget` rows takes: an equal share
-    each, what a short partition leaves spread over those with more, so an epoch takes its whole
-    budget whenever the backlog holds it and never more. The rows that do not divide evenly go
-    round the partitions from the one `turn` picks (the plan passes how far the source has read):
-    a budget smaller than the partitions, a rate limit's, serves each in turn."""
-    take = dict.fromkeys(backlog, 0)
-    left = budget
-    while left > 0 and (room := [p for p in sorted(backlog) if take[p] < backlog[p]]):
-        each, extra = divmod(left, len(room))
-        first = turn % len(room)
-        for i, p in enumerate(room[first:] + room[:first]):
-            got = min(each + (1 if i < extra else 0), backlog[p] - take[p])
-            take[p] += got
-            left -= got
-    return take

@@ -23,7 +23,10 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkwave.connectors.base import ERROR, RAW
-from sparkwave.connectors.json_decode import BadRecord, JsonDecoder
+from sparkwave.connectors.json_decode import BadRecord, JsonDecoder, NotJson, parse
+from sparkwave.connectors.kafka_properties import unsafe
+from sparkwave.core.errors import SqlError
+from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.schema import SqlType
 
 FORMAT_NAME = "sparkwave_kafka"
@@ -97,7 +100,10 @@ def background() -> None:
 
 def consumer_config(bootstrap: str, properties: dict[str, str]) -> dict[str, Any]:
     """A consumer that commits nothing to the broker; its client logs go to Python logging (what
-    matters reaches the user as an error or a source's status), not to stderr."""
+    matters reaches the user as an error or a source's status), not to stderr. No librdkafka setting
+    outside the allowlist reaches a client, whatever a stored definition holds."""
+    if refused := unsafe(properties):
+        raise SqlError(f"Kafka properties {', '.join(refused)} are not allowed (see the Kafka connector's options)")
     return {"bootstrap.servers": bootstrap, "group.id": "sparkwave", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
             "enable.partition.eof": False, "logger": logging.getLogger("sparkwave.kafka.client"), **properties}
@@ -159,7 +165,10 @@ def _skip_missing(consumer: Any, tp: Any, pos: int, end: int, idle_since: float,
 
 class _Batch:
     """Rows of one partition being decoded, kept column by column, flushed as Arrow record batches;
-    metadata columns (row id, partition, offset, timestamp) are built per batch, not per row."""
+    metadata columns (row id, partition, offset, timestamp) are built per batch, not per row.
+
+    No message can fail the batch: whatever decoding raises makes the message a bad record, and a
+    value that Arrow still refuses (which decoding should have caught) sets its row aside at flush."""
 
     def __init__(self, spec: ReadSpec, partition: int) -> None:
         self.spec = spec
@@ -168,6 +177,7 @@ class _Batch:
         self.decoder = JsonDecoder([(n, t) for n, t in spec.columns if n not in spec.roles])
         self.key_decoder = JsonDecoder([(n, t) for n, t in spec.columns if n in spec.key])
         self.key_slots = [self.value_names.index(k) for k in spec.key if k in self.value_names]
+        self.include_key = "key" in spec.roles.values()
         self.schema = pa.schema([*(pa.field(n, SqlType(t).arrow) for n, t in spec.columns),
                                  pa.field("_op", pa.int8()), pa.field("_seq", pa.int64()),
                                  pa.field(ERROR, pa.string()), pa.field(RAW, pa.string())])
@@ -178,7 +188,8 @@ class _Batch:
         self.values: list[list[Any]] = [[] for _ in self.value_names]
         self.offsets: list[int] = []
         self.times: list[int | None] = []
-        self.keys: list[bytes | None] = []
+        self.payloads: list[tuple[bytes | None, bytes | None]] = []  # (value, key): a row set aside at flush
+        self.key_texts: list[str | None] = []  # INCLUDE key
         self.ops: list[int] = []
         self.errors: list[str | None] = []
         self.raws: list[str | None] = []
@@ -190,8 +201,10 @@ class _Batch:
 
     def add(self, m: Any) -> None:
         value, key = m.value(), m.key()
-        op, error = UPSERT, None
+        op, error, key_text = UPSERT, None, None
         try:
+            if self.include_key and key is not None:
+                key_text = _key_text(key)
             if value is None:
                 if not self.spec.upsert:
                     raise BadRecord("message has no value (a tombstone) but the format is PLAIN")
@@ -202,29 +215,32 @@ class _Batch:
                     from_key = self._key_row(key)
                     row = [v if v is not None else from_key[i] for i, v in enumerate(row)]
         except BadRecord as e:
-            error, row = str(e), self.null_row
-            self.bad = True
+            error = str(e)
         except Exception as e:  # whatever else a message makes the decoder raise is still that message's fault
-            error, row = f"cannot decode: {type(e).__name__}: {e}", self.null_row
-            self.bad = True
+            error = f"cannot decode: {type(e).__name__}: {e}"
+        if error is not None:
+            row, key_text, self.bad = self.null_row, None, True
         for col, v in zip(self.values, row, strict=True):
             col.append(v)
         ts_type, ts_ms = m.timestamp()
         self.offsets.append(m.offset())
         self.times.append(ts_ms if ts_type and ts_ms >= 0 else None)
-        self.keys.append(key)
+        self.payloads.append((value, key))
+        self.key_texts.append(key_text)
         self.ops.append(op)
-        self.errors.append(error)
+        self.errors.append(None if error is None else _storable(error))
         self.raws.append(None if error is None else _raw(value, key))
 
     def _key_row(self, key: bytes | None) -> list[Any]:
-        """A row of NULLs but for the primary key, decoded from the message key."""
+        """A row of NULLs but for the primary key, decoded from the message key (JSON, else its text)."""
         if key is None:
             raise BadRecord("an upsert message needs a key (the primary key)")
         try:
-            obj = json.loads(key)
-        except ValueError:
-            obj = key.decode("utf-8", "replace")
+            obj = parse(key)
+        except NotJson:
+            obj = _key_text(key)
+        except BadRecord as e:
+            raise BadRecord(f"the message key: {e}") from None
         if not isinstance(obj, dict):
             if len(self.spec.key) != 1:
                 raise BadRecord(f"the message key must be a JSON object with {', '.join(self.spec.key)}")
@@ -236,13 +252,21 @@ class _Batch:
         return [found.get(n) for n in self.value_names]
 
     def flush(self) -> pa.RecordBatch:
+        try:
+            out = self._record_batch()
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):  # UnicodeEncodeError is a ValueError
+            self._set_aside_unstorable()
+            out = self._record_batch()
+        self._reset()
+        return out
+
+    def _record_batch(self) -> pa.RecordBatch:
         n = self.rows
         offsets = pa.array(self.offsets, pa.int64())
         row_id = pc.bit_wise_or(offsets, pa.scalar(self.partition << SEQ_PARTITION_SHIFT, pa.int64()))
         meta = {"row_id": row_id, "partition": pa.array([self.partition] * n, pa.int32()), "offset": offsets,
                 "timestamp": pa.array(self.times, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
-                "key": pa.array([k.decode("utf-8", "replace") if k is not None else None for k in self.keys]
-                                if "key" in self.spec.roles.values() else [None] * n, pa.string())}
+                "key": pa.array(self.key_texts, pa.string())}
         by_name = dict(zip(self.value_names, self.values, strict=True))
         arrays = [meta[self.spec.roles[f.name]] if f.name in self.spec.roles else pa.array(by_name[f.name], f.type)
                   for f in self.schema if f.name not in ("_op", "_seq", ERROR, RAW)]
@@ -250,13 +274,48 @@ class _Batch:
         clean = [None] * n
         arrays += [pa.array(self.ops, pa.int8()), row_id, pa.array(self.errors if self.bad else clean, pa.string()),
                    pa.array(self.raws if self.bad else clean, pa.string())]
-        out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self._reset()
-        return out
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _set_aside_unstorable(self) -> None:
+        """Makes each row holding a value its column's Arrow type refuses a bad record naming the
+        column, so that the others are stored."""
+        types = {f.name: f.type for f in self.schema}
+        for name, col in zip(self.value_names, self.values, strict=True):
+            for i, v in enumerate(col):
+                if v is None:
+                    continue
+                try:
+                    pa.array([v], types[name])
+                except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+                    for other in self.values:
+                        other[i] = None
+                    self.key_texts[i] = None
+                    self.errors[i] = _storable(f"column {name}: cannot be stored as {types[name]}: {e}")
+                    self.raws[i] = _raw(*self.payloads[i])
+                    self.bad = True
+
+
+def _key_text(key: bytes) -> str:
+    """The message key as text (INCLUDE key, a key that is not JSON): UTF-8 within the value limit."""
+    if len(key) > MAX_VALUE_BYTES:
+        raise BadRecord(f"the message key of {len(key)} bytes is larger than the limit of {MAX_VALUE_BYTES} bytes")
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadRecord(f"the message key is not valid UTF-8: byte 0x{key[e.start]:02x} at position {e.start}") \
+            from None
+
+
+def _storable(text: str) -> str:
+    """`text` as UTF-8 can hold it (a lone surrogate escaped)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _raw(value: bytes | None, key: bytes | None) -> str:
-    text = "" if value is None else value.decode("utf-8", "replace")
-    if value is None and key is not None:
-        text = "key: " + key.decode("utf-8", "replace")
-    return text if len(text) <= RAW_KEPT else text[:RAW_KEPT] + "..."
+    """A bad record's payload as kept: text, bytes that are not UTF-8 escaped (`\\xff`), cut at
+    `RAW_KEPT` characters."""
+    data = value if value is not None else None if key is None else b"key: " + key
+    if data is None:
+        return ""
+    text = data[:RAW_KEPT * 4].decode("utf-8", "backslashreplace")
+    return text if len(text) <= RAW_KEPT and len(data) <= RAW_KEPT * 4 else text[:RAW_KEPT] + "..."

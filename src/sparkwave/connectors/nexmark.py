@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sparkwave.connectors.base import Connector
+from sparkwave.connectors.options import MAX_GENERATOR_RATE, Options, choice, integer, max_rows_per_epoch, rate_limit
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import offsets
 from sparkwave.core.schema import Schema
@@ -46,20 +47,30 @@ def _pick(options: list[str], h: SparkColumn) -> SparkColumn:
 
 class Nexmark(Connector):
     rate_option = "nexmark.rows.per.second"
+    OPTIONS = Options(
+        "nexmark",
+        choice("connector", "nexmark"),
+        choice("nexmark.table.type", *COLUMNS),
+        integer("nexmark.rows.per.second", 1, MAX_GENERATOR_RATE, 1000),
+        integer("nexmark.seed", -(2**63), 2**63 - 1, 0),
+        integer("nexmark.min.event.gap.in.ns", 1, 10**9, 100_000),
+        rate_limit("source_rate_limit"),
+        max_rows_per_epoch(),
+    )
 
     def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         super().__init__(table, schema, options)
-        kind = (self.option("nexmark.table.type") or "").lower()
-        if kind not in COLUMNS:
-            raise SqlError(f"table {table!r}: nexmark.table.type must be one of person, auction, bid "
-                           f"(got {self.option('nexmark.table.type')!r})")
+        kind = self.value("nexmark.table.type")
+        if kind is None:
+            raise SqlError(f"table {table!r}: the nexmark connector needs nexmark.table.type = 'person' | "
+                           "'auction' | 'bid'")
         self.kind = kind
         for c in schema.visible:
             if c.name not in COLUMNS[kind]:
                 raise SqlError(f"table {table!r}: column {c.name!r} is not a Nexmark {kind} column; "
                                f"available: {', '.join(COLUMNS[kind])}")
-        self.seed = self.int_option("nexmark.seed", 0)
-        self.gap_ns = self.int_option("nexmark.min.event.gap.in.ns", 100_000)
+        self.seed = self.int_option("nexmark.seed")
+        self.gap_ns = self.int_option("nexmark.min.event.gap.in.ns")
 
     def rows(self, spark: SparkSession, split: str, start: int, end: int) -> DataFrame:
         return offsets(spark, start, end).select(*self._event_number).select(*self._select)

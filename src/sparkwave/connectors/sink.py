@@ -16,13 +16,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkwave.connectors.options import Options, text
 from sparkwave.core.chunk import Op
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import Column
 
 UPSERT, APPEND_ONLY, DEBEZIUM = "upsert", "append-only", "debezium"
-COMMON_OPTIONS = {"connector", "type", "primary_key", "force_append_only", "snapshot", "sink_decouple",
-                  "sink_rate_limit", "format", "encode"}
+# Checked, each with its own message, by CREATE SINK (frontend/sink_ddl.py).
+COMMON_OPTIONS = Options("sink", *[text(k) for k in ("connector", "type", "primary_key", "force_append_only",
+                                                     "snapshot", "sink_decouple", "sink_rate_limit", "format",
+                                                     "encode")])
 
 
 @dataclass(frozen=True, order=True)
@@ -57,11 +60,9 @@ class SinkSpec:
             raise self.error(f"the {self.options.get('connector')} sink needs {key} = '...' ({what})")
         return value
 
-    def check_options(self, known: set[str], prefixes: tuple[str, ...] = ()) -> None:
-        unknown = sorted(k for k in self.options if k not in known | COMMON_OPTIONS and not k.startswith(prefixes))
-        if unknown:
-            raise self.error(f"unknown option(s) {', '.join(unknown)} for connector "
-                             f"{self.options.get('connector')!r}")
+    def check_options(self, spec: Options) -> dict[str, Any]:
+        """The typed values of the sink's options, all of them the target's (`spec`) or common."""
+        return (spec + COMMON_OPTIONS).check(f"sink {self.name!r}", self.options)
 
 
 class SinkTarget:
@@ -71,6 +72,7 @@ class SinkTarget:
 
     def __init__(self, spec: SinkSpec) -> None:
         self.spec = spec
+        self.note: str | None = None  # the first value the target could not take as it was, and what it did
 
     def check(self) -> None:
         """Reach the target and check (or create) what receives the rows; SqlError if it cannot."""

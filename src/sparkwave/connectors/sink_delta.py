@@ -7,14 +7,57 @@ that Delta already holds is skipped. The table is created at CREATE SINK if `loc
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkwave.connectors.options import Options, boolean, text
 from sparkwave.connectors.sink import APPEND_ONLY, Position, SinkSpec, SinkTarget, deletes_and_upserts
 
-KNOWN = {"location"}
+REMOTE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "adl")
+# delta-rs's object-store settings that name no file, command or metadata endpoint of the host
+OPTIONS = Options(
+    "deltalake",
+    text("location"),
+    *[text(f"storage.{k}") for k in ("aws_access_key_id", "aws_region", "aws_endpoint", "aws_endpoint_url",
+                                     "aws_conditional_put", "azure_storage_account_name", "azure_client_id",
+                                     "azure_tenant_id", "timeout", "connect_timeout")],
+    *[text(f"storage.{k}", secret=True) for k in ("aws_secret_access_key", "aws_session_token",
+                                                  "azure_storage_account_key", "azure_storage_sas_token",
+                                                  "azure_client_secret")],
+    text("storage.google_service_account_key", secret=True, long=True),
+    *[boolean(f"storage.{k}") for k in ("allow_http", "aws_allow_http", "aws_s3_allow_unsafe_rename",
+                                        "aws_virtual_hosted_style_request", "azure_storage_use_emulator")],
+)
+
+
+def local_path(location: str) -> Path | None:
+    """The folder a Delta `location` names on this host, normalised (absolute, `..` and symlinks
+    resolved), or None for a remote URL. ValueError saying why if it is refused: control characters,
+    leading or trailing whitespace, a scheme delta-rs does not write to, and any `%` in a local path
+    (delta-rs decodes percent escapes, so the folder it writes could differ from the one checked)."""
+    if re.search(r"[\x00-\x1f\x7f]", location):
+        raise ValueError("holds a control character")
+    if location != location.strip():
+        raise ValueError("has leading or trailing whitespace")
+    parsed = urlparse(location)
+    if parsed.scheme in REMOTE_SCHEMES:
+        return None
+    if len(parsed.scheme) > 1 and parsed.scheme != "file":
+        raise ValueError(f"has scheme {parsed.scheme!r}; supported: a local path, file://, "
+                         + ", ".join(f"{s}://" for s in REMOTE_SCHEMES))
+    path = location
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost") or parsed.query or parsed.fragment or parsed.params:
+            raise ValueError("is a file: URL with a host, query or fragment")
+        path = unquote(parsed.path)
+    if "%" in path:
+        raise ValueError("holds '%' (percent escapes are not taken in a local path)")
+    return Path(path).resolve()
 
 
 class DeltaSink(SinkTarget):
@@ -22,7 +65,7 @@ class DeltaSink(SinkTarget):
 
     def __init__(self, spec: SinkSpec) -> None:
         super().__init__(spec)
-        spec.check_options(KNOWN, ("storage.",))
+        spec.check_options(OPTIONS)
         self.location = spec.required("location", "the Delta table's path or URI")
         self.storage = {k[len("storage."):]: v for k, v in spec.options.items() if k.startswith("storage.")}
         self.arrow = pa.schema([pa.field(c.name, c.type.arrow) for c in spec.columns])

@@ -23,7 +23,9 @@ from typing import Any
 import pyarrow as pa
 
 from sparkwave.connectors.kafka import BROKER_TIMEOUT_S, unreachable
+from sparkwave.connectors.kafka_properties import PRODUCER, librdkafka
 from sparkwave.connectors.kafka_reader import consumer_config
+from sparkwave.connectors.options import Options, text
 from sparkwave.connectors.sink import (
     APPEND_ONLY,
     DEBEZIUM,
@@ -42,20 +44,19 @@ EPOCH_HEADER = "sparkwave_epoch"
 PROGRESS_TOPIC = "sparkwave_sink_progress"
 PROGRESS_WINDOW = 1000  # markers read at a time, from the newest back, to find the sink's last one
 FLUSH_TIMEOUT_S = 60.0
-KNOWN = {"topic", "properties.bootstrap.server", "properties.bootstrap.servers"}
+OPTIONS = Options("kafka", text("topic")) + PRODUCER
 
 
 class KafkaSink(SinkTarget):
     def __init__(self, spec: SinkSpec) -> None:
         super().__init__(spec)
-        spec.check_options(KNOWN, ("properties.",))
+        values = spec.check_options(OPTIONS)
         self.topic = spec.required("topic", "the topic written to")
         self.bootstrap = (spec.option("properties.bootstrap.server") or spec.option("properties.bootstrap.servers")
                           or "")
         if not self.bootstrap:
             raise spec.error("the Kafka sink needs properties.bootstrap.server = 'host:port'")
-        self.properties = {k[len("properties."):]: v for k, v in spec.options.items()
-                           if k.startswith("properties.") and not k.startswith("properties.bootstrap.")}
+        self.properties = librdkafka(spec.options, values)
         self._producer: Any = None
         self.exactly_once = False  # decided by `check()`: whether the broker takes transactions
 
@@ -64,7 +65,7 @@ class KafkaSink(SinkTarget):
         for k in ("group.id", "enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset",
                   "enable.partition.eof"):
             config.pop(k, None)
-        return {**config, "linger.ms": 5}
+        return {"linger.ms": 5, **config}
 
     def _client(self) -> Any:
         if self._producer is None:

@@ -10,18 +10,24 @@ recovery, RW #10251)."""
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from sparkwave.connectors.options import Options, boolean, integer, text
 from sparkwave.connectors.sink import APPEND_ONLY, Position, SinkSpec, SinkTarget, deletes_and_upserts
 from sparkwave.core.crash import crash_point
 from sparkwave.core.schema import SqlType
 
 PROGRESS_TABLE = "sparkwave_sink_progress"
 CONNECT_TIMEOUT_S = 10
-KNOWN = {"host", "port", "user", "password", "database", "table", "schema", "auto.create"}
+OPTIONS = Options("postgres", text("host", "localhost"), integer("port", 1, 65535, 5432), text("user"),
+                  text("password", secret=True), text("database"), text("table"), text("schema"),
+                  boolean("auto.create", False))
 
 # Our types and the PostgreSQL types (information_schema's `data_type`) a column of them may land
 # in: the same type, or a wider one.
@@ -49,17 +55,46 @@ def pg_type(t: SqlType) -> str:
     return _CREATE.get(t.name, t.name)
 
 
+def without_nul(change: pa.Table, key: tuple[str, ...]) -> tuple[pa.Table, str | None]:
+    """PostgreSQL text cannot hold NUL (U+0000), which sparkwave's can: the sink removes it from
+    text values, and does not deliver a row whose key holds one (no PostgreSQL row can stand for
+    that key; removing it could land on another key's row). Returns the change as delivered and,
+    if it had any NUL, a note naming the first column and key."""
+    hits = {}
+    for name in change.column_names:
+        if pa.types.is_string(change.schema.field(name).type):
+            has = pc.fill_null(pc.match_substring(change[name], "\x00"), False)
+            if pc.any(has).as_py():
+                hits[name] = has
+    if not hits:
+        return change, None
+    name = next(iter(hits))
+    first = pc.index(hits[name], True).as_py()
+    row = "a row" if not key else "the row with key (" + ", ".join(
+        f"{k} = {change[k][first].as_py()!r}" for k in key) + ")"
+    note = (f"column {name} of {row} holds NUL (U+0000), which PostgreSQL text cannot hold: "
+            + ("the row is not delivered" if name in key else "removed from the value")
+            + " (the sink removes NUL from text values and does not deliver rows whose key holds one)")
+    if in_key := [hits[k] for k in key if k in hits]:
+        change = change.filter(pc.invert(functools.reduce(pc.or_, in_key)))
+    for n in hits:
+        if n not in key:
+            change = change.set_column(change.schema.get_field_index(n), n,
+                                       pc.replace_substring(change[n], "\x00", ""))
+    return change, note
+
+
 class PostgresSink(SinkTarget):
     exactly_once = True
 
     def __init__(self, spec: SinkSpec) -> None:
         super().__init__(spec)
-        spec.check_options(KNOWN)
-        self.host = spec.option("host", "localhost") or "localhost"
-        try:
-            self.port = int(spec.option("port", "5432") or 5432)
-        except ValueError:
-            raise spec.error(f"port = {spec.option('port')!r} is not a number") from None
+        values = spec.check_options(OPTIONS)
+        self.host = OPTIONS.value(values, "host") or "localhost"
+        if any(h.strip().startswith(("/", "@")) for h in self.host.split(",")):
+            raise spec.error(f"option host must be host names or addresses, got {self.host!r}: a Unix-socket directory "
+                             "is refused (the owner would connect as its own operating-system user)")
+        self.port = OPTIONS.value(values, "port")
         self.user = spec.required("user", "the PostgreSQL role")
         self.password = spec.option("password", "") or ""
         self.database = spec.required("database", "the database")
@@ -67,7 +102,7 @@ class PostgresSink(SinkTarget):
         schema, _, name = table.rpartition(".")
         self.schema = spec.option("schema") or schema or "public"
         self.table = name
-        self.auto_create = (spec.option("auto.create", "false") or "").lower() == "true"
+        self.auto_create = OPTIONS.value(values, "auto.create")
         self._conn: Any = None
         self._staged = False
         # The target has a unique index on exactly the key: a delivery of new keys may be COPYed straight
@@ -86,6 +121,7 @@ class PostgresSink(SinkTarget):
         self.close()
         try:
             self._conn = psycopg.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                         passfile=os.devnull,  # the owner's ~/.pgpass is not the sink's
                                          dbname=self.database, connect_timeout=CONNECT_TIMEOUT_S,
                                          application_name=f"sparkwave-sink-{self.spec.name}")
         except psycopg.Error as e:
@@ -181,6 +217,8 @@ class PostgresSink(SinkTarget):
         conn = self._connect()
         names = [c.name for c in self.spec.columns]
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        change, note = without_nul(change, self.spec.key)
+        self.note = self.note or note
         gone, new = deletes_and_upserts(change, self.spec.mode)
         with conn.transaction():
             if self.spec.mode == APPEND_ONLY or not self.spec.key:

@@ -22,6 +22,10 @@ is uncommitted work, redone or skipped on recovery. Tables:
 - `sinks(name, mv, sink_id, spec, decouple, job)`: sinks; each has a job (strategy `sink`) whose
   row holds its position (`snapshot_epoch`, `next_vnode`, `consumed_epoch`), rate limit and error,
   and a pin (`sink:<name>`) on the MV at that position. Sinks share the relations' namespace.
+- `pending_folders(name)`: relation folders (`tables/<name>`) sparkwave is making or dropping while
+  no relation holds them: recorded before a CREATE makes the folder and cleared in the transaction
+  that adds the relation; recorded by the transaction that removes a relation and cleared once its
+  folder is gone. Recovery deletes only folders recorded here (`storage/sweep.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Any
 
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.epoch import Lag
-from sparkwave.core.errors import CatalogError
+from sparkwave.core.errors import CatalogError, WarehouseError
 from sparkwave.core.schema import Schema
 
 _DDL = """
@@ -93,11 +97,34 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE TABLE IF NOT EXISTS sinks (
     name TEXT PRIMARY KEY, mv TEXT NOT NULL, sink_id TEXT NOT NULL, spec TEXT NOT NULL,
     decouple INTEGER NOT NULL, job INTEGER NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pending_folders (name TEXT PRIMARY KEY);
 CREATE INDEX IF NOT EXISTS epochs_state ON epochs (state, epoch);
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (applied_at, id);
 CREATE INDEX IF NOT EXISTS dml_epoch ON dml (epoch);
 CREATE INDEX IF NOT EXISTS pins_relation ON pins (relation, epoch);
 """
+
+
+CORE_TABLES = ("relations", "epochs", "log_files", "jobs")  # what every release's catalog has
+
+
+def catalog_problem(path: Path) -> str | None:
+    """Why `path` is not a readable sparkwave catalog (to follow its name), or None. Reads only."""
+    if not path.exists():
+        return "is missing"
+    if path.stat().st_size == 0:
+        return "is empty (0 bytes)"
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        return f"cannot be read ({e})"
+    if missing := [t for t in CORE_TABLES if t not in tables]:
+        return f"is not a sparkwave catalog (it has no table {', '.join(missing)})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -202,14 +229,20 @@ class Base:
 
 
 class Catalog:
-    """Thread-safe access to the catalog database. Writers use `transaction()`."""
+    """Thread-safe access to the catalog database. Writers use `transaction()`. A catalog is
+    created only where there is none and `create` says so; an existing file that is not a readable
+    catalog (empty, damaged, another database) is an error, never overwritten."""
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, create: bool = True) -> None:
         self.path = path
         self.root = str(path.resolve().parent)  # file paths are stored relative to the warehouse
+        if read_only and not path.exists():
+            raise CatalogError(f"no sparkwave warehouse at {path.parent} (no catalog.db)")
+        if path.exists() or not create:
+            if (problem := catalog_problem(path)) is not None:
+                raise WarehouseError(f"the catalog {path} of warehouse {path.parent} {problem}; sparkwave opens "
+                                     "nothing and deletes nothing without it: restore catalog.db from a backup")
         if read_only:
-            if not path.exists():
-                raise CatalogError(f"no sparkwave warehouse at {path.parent} (no catalog.db)")
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
                                        isolation_level=None, timeout=30)
         else:
@@ -299,6 +332,7 @@ class Catalog:
             raise CatalogError(f"relation {rel.name!r} already exists") from None
         if rel.kind == "state":
             return 0
+        db.execute("DELETE FROM pending_folders WHERE name = ?", (rel.name,))  # the relation holds it now
         phase = Phase.CREATED if rel.state == "created" else Phase.SNAPSHOT
         cur = db.execute("INSERT INTO jobs (relation, strategy, phase, upstream, snapshot_epoch, consumed_epoch, "
                          "started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -320,7 +354,10 @@ class Catalog:
             db.execute("UPDATE relations SET definition = ? WHERE name = ?", (json.dumps(definition), name))
 
     def remove_relation(self, db: sqlite3.Connection, name: str) -> None:
-        """Remove a relation, its job and its operator state tables."""
+        """Remove a relation, its job and its operator state tables; its folder stays recorded as
+        sparkwave's (`pending_folders`) until the caller has removed it (`folder_removed`)."""
+        if db.execute("SELECT 1 FROM relations WHERE name = ? AND kind != 'state'", (name,)).fetchone():
+            db.execute("INSERT OR IGNORE INTO pending_folders VALUES (?)", (name,))
         for (state,) in db.execute("SELECT name FROM relations WHERE kind = 'state' AND "
                                    "json_extract(definition, '$.owner') = ?", (name,)).fetchall():
             self.remove_relation(db, state)
@@ -335,6 +372,19 @@ class Catalog:
         for table in ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_error_counts",
                       "source_snapshots", "dml", "pins"):
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
+
+    # --- relation folders no relation holds (a CREATE or DROP under way) -------------------------
+    def folder_pending(self, name: str) -> None:
+        """Record that a CREATE is about to make the folder of relation `name`."""
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO pending_folders VALUES (?)", (name,))
+
+    def folder_removed(self, name: str) -> None:
+        with self.transaction() as db:
+            db.execute("DELETE FROM pending_folders WHERE name = ?", (name,))
+
+    def pending_folders(self) -> set[str]:
+        return {r[0] for r in self._all("SELECT name FROM pending_folders")}
 
     # --- sinks ----------------------------------------------------------------------------------
     def add_sink(self, db: sqlite3.Connection, sink: SinkRow, epoch: int, snapshot: bool,
@@ -375,14 +425,15 @@ class Catalog:
         db.execute("DELETE FROM sinks WHERE name = ?", (name,))
 
     def sink_delivered(self, job_id: int, name: str, epoch: int, vnode: int, rows: int, epochs: int,
-                       lag: Lag) -> None:
+                       lag: Lag, note: str | None = None) -> None:
         """A sink's delivery is in its target: its position moves to `(epoch, vnode)` and its pin with
-        it (the log store's truncation); a snapshot that reaches the last vnode is done."""
+        it (the log store's truncation); a snapshot that reaches the last vnode is done. The job's
+        error becomes `note` (what the target changed of a delivery), or none."""
         with self.transaction() as db:
             done = vnode >= VNODES
             row = db.execute("SELECT phase FROM jobs WHERE id = ?", (job_id,)).fetchone()
             snapshot = row is not None and row[0] == Phase.SNAPSHOT
-            fields: dict[str, Any] = {"consumed_epoch": epoch, "next_vnode": vnode, "error": None}
+            fields: dict[str, Any] = {"consumed_epoch": epoch, "next_vnode": vnode, "error": note}
             if snapshot and done:
                 fields.update(phase=Phase.CREATED, finished_at=time.time(), merged_epoch=epoch)
             self.update_job(db, job_id, **fields)
@@ -420,7 +471,13 @@ class Catalog:
                      bad_counts: dict[str, int] | None = None) -> None:
         """Mark `epoch` committed with its log files `(relation, path, rows, version)`, offsets, the
         bad source records kept `(relation, split, offset, error, raw)` and how many there were."""
+        now = time.time()
         with self.transaction() as db:
+            last = db.execute("SELECT committed_at FROM epochs WHERE state = 'committed' ORDER BY epoch DESC "
+                              "LIMIT 1").fetchone()
+            if last and last[0] is not None and last[0] > now:  # committed while the clock was ahead
+                db.execute("UPDATE epochs SET committed_at = ? WHERE state = 'committed' AND committed_at > ?",
+                           (now, now))
             db.executemany("INSERT INTO source_error_counts VALUES (?, ?) ON CONFLICT (relation) DO UPDATE "
                            "SET count = count + excluded.count", list((bad_counts or {}).items()))
             db.executemany('INSERT OR REPLACE INTO source_errors VALUES (?, ?, ?, ?, ?, ?)',
@@ -431,7 +488,16 @@ class Catalog:
                 db.executemany('INSERT OR REPLACE INTO source_offsets VALUES (?, ?, ?)',
                                [(rel, s, o) for s, o in splits.items()])
             db.execute("UPDATE epochs SET state = 'committed', committed_at = ?, rows_in = ?, latency_ms = ? "
-                       "WHERE epoch = ?", (time.time(), rows_in, latency_ms, epoch))
+                       "WHERE epoch = ?", (now, rows_in, latency_ms, epoch))
+
+    def committed_by(self, wall_time: float) -> int | None:
+        """The newest epoch committed at or before `wall_time` (every older epoch was superseded by
+        then), or None. Commit times are wall time as recorded, a time later than the next commit
+        clamped to it (`commit_epoch`), so epochs numbered during a forward clock jump age from the
+        moment the clock came back."""
+        row = self._one("SELECT epoch FROM epochs WHERE state = 'committed' AND committed_at <= ? "
+                        "ORDER BY epoch DESC LIMIT 1", (wall_time,))
+        return int(row[0]) if row else None
 
     def committed_epochs(self, since: int = 0) -> list[int]:
         return [r[0] for r in self._all(
@@ -540,11 +606,13 @@ class Catalog:
         """Bad records per relation, kept or not."""
         return dict(self._all("SELECT relation, count FROM source_error_counts"))
 
-    def source_errors(self, relation: str | None = None) -> list[tuple[str, str, int, int, str, str | None]]:
-        """Bad source records `(relation, split, offset, epoch, error, raw)` in offset order."""
+    def source_errors(self, relation: str | None = None,
+                      limit: int = -1) -> list[tuple[str, str, int, int, str, str | None]]:
+        """Bad source records `(relation, split, offset, epoch, error, raw)` in offset order, the first
+        `limit` of them (-1: all)."""
         return self._all('SELECT relation, split, "offset", epoch, error, raw FROM source_errors '
-                         "WHERE ? IS NULL OR relation = ? ORDER BY relation, CAST(split AS INTEGER), \"offset\"",
-                         (relation, relation))
+                         "WHERE ? IS NULL OR relation = ? ORDER BY relation, CAST(split AS INTEGER), \"offset\" "
+                         "LIMIT ?", (relation, relation, limit))
 
     def stage_dml(self, relation: str, batches: list[tuple[str, int]]) -> None:
         """Record a statement's batches `(folder, rows)` together: a crash stages all or none."""

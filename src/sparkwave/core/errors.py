@@ -19,6 +19,20 @@ class DataError(SparkwaveError):
     """A value that does not fit its column: type mismatch, NULL key, bad record."""
 
 
+class WarehouseError(SparkwaveError):
+    """A folder that is not a sparkwave warehouse, or a warehouse that cannot be opened safely (its
+    marker or catalog missing, damaged or of a newer format)."""
+
+
+class CorruptFileError(SparkwaveError):
+    """A stored file that fails its checksums or disagrees with what the catalog recorded of it:
+    damaged on disk. Its rows are never served."""
+
+
+class QueryCanceledError(SparkwaveError):
+    """A statement cancelled because it ran longer than the session's `statement_timeout`."""
+
+
 class OwnershipError(SparkwaveError):
     """The warehouse is owned by another live session."""
 

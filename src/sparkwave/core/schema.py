@@ -6,6 +6,7 @@ columns an MV keeps so that its own key derives from its upstream's)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,27 @@ if TYPE_CHECKING:
 # Column names sparkwave gives its own columns (log rows, change chunks, Z-sets, a keyless table's
 # row id): no user column or MV output may take them.
 RESERVED_COLUMNS = frozenset({"_epoch", "_seq", "_op", "_vnode", "_w", "_row_id", "_rn"})
+MAX_COLUMN_NAME = 63  # PostgreSQL's NAMEDATALEN - 1, as for relation names (core/names.py)
+
+
+def column_name_problem(name: str) -> str | None:
+    """What `name` breaks of the rule for a stored column's name, or None. sparkwave quotes a
+    column for Spark in backticks (`F.col(f"`{name}`")`), which cannot hold a backtick; control
+    characters and outer spaces make names that look alike and stall clients; sparkwave's own
+    columns are reserved. Quoted names otherwise keep their spaces and case."""
+    if "`" in name:
+        return "contains a backtick (`), which Spark cannot quote"
+    if any(unicodedata.category(ch) == "Cc" for ch in name):
+        return "contains a control character (NUL, tab, newline ...)"
+    if not name.strip():
+        return "is empty or only spaces"
+    if name != name.strip():
+        return "has leading or trailing spaces"
+    if len(name) > MAX_COLUMN_NAME:
+        return f"is longer than {MAX_COLUMN_NAME} characters ({len(name)})"
+    if name in RESERVED_COLUMNS:
+        return "is reserved for sparkwave's own columns"
+    return None
 
 _ALIASES = {
     "bool": "boolean", "boolean": "boolean",

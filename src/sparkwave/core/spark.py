@@ -26,6 +26,10 @@ REQUIRED_CONF = {
     # cast) yields NULL rather than stopping every job of the epoch.
     "spark.sql.ansi.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # A CRC32 in every Parquet page written, verified on every read (parquet-mr's reader does not by
+    # default; Spark passes session settings to it, the vectorized reader too): `storage/integrity.py`.
+    "parquet.page.write-checksum.enabled": "true",
+    "parquet.page.verify-checksum.enabled": "true",
 }
 
 

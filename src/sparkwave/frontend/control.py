@@ -34,7 +34,7 @@ def queue_requests(catalog_path: Path, text: str, not_owner: OwnershipError) -> 
     for st in stmts:
         if st.kind not in CONTROL_KINDS:
             raise not_owner
-    catalog = Catalog(catalog_path)
+    catalog = Catalog(catalog_path, create=False)
     try:
         queued: list[tuple[str, int, int | None, str]] = []
         for st in stmts:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlglot import exp
@@ -11,10 +14,11 @@ from sparkwave.connectors import connector_class, make_connector
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.names import relation_name
-from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, parse_type
+from sparkwave.core.schema import Column, Schema, column_name_problem, parse_type
 from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.progress_bars import JobBars
 from sparkwave.frontend.statements import Statement
+from sparkwave.meta.barrier import BarrierLoop
 from sparkwave.meta.creating_job import Strategy
 from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
 from sparkwave.meta.locks import Locks
@@ -26,10 +30,14 @@ from sparkwave.storage.state import state_name
 from sparkwave.stream.dataflow import Dataflow, resolved
 from sparkwave.stream.plan import state_schemas
 
+log = logging.getLogger("sparkwave.ddl")
+ABANDON_AFTER_SECONDS = 5.0  # a DROP waits this long for the running epoch, then abandons it
+
 
 class Ddl:
-    def __init__(self, rt: Runtime, locks: Locks, creating: CreatingJobs) -> None:
+    def __init__(self, rt: Runtime, locks: Locks, creating: CreatingJobs, loop: BarrierLoop | None = None) -> None:
         self.rt = rt
+        self.loop = loop
         self.catalog = rt.catalog
         self.warehouse = rt.warehouse
         self.spark = rt.spark
@@ -62,8 +70,8 @@ class Ddl:
         for item in ast.this.expressions:
             if isinstance(item, exp.ColumnDef):
                 cname = item.this.name.lower()
-                if cname in RESERVED_COLUMNS:
-                    raise stmt.error(f"column name {cname!r} is reserved", cname)
+                if problem := column_name_problem(cname):
+                    raise stmt.error(f"column name {cname!r} {problem}; choose another name", cname)
                 if any(c.name == cname for c in columns):
                     raise stmt.error(f"duplicate column {cname!r}", cname)
                 if item.args.get("kind") is None:
@@ -82,6 +90,8 @@ class Ddl:
             raise stmt.error("WITH options of a table need connector = '...'", "WITH")
         if options:
             for extra in connector_class(name, options).extra_columns(options):
+                if problem := column_name_problem(extra.name):
+                    raise stmt.error(f"column name {extra.name!r} {problem}; choose another name", extra.name)
                 if any(c.name == extra.name for c in columns):
                     raise stmt.error(f"column {extra.name!r} is taken by the connector's metadata column "
                                      "(INCLUDE ... AS another name)", extra.name)
@@ -122,6 +132,7 @@ class Ddl:
             definition["startup_offsets"] = offsets  # where a source backfill starts
         with self.locks.epoch:
             rel = Relation(name, kind, schema, definition, self.catalog.committed_epoch())
+            self.catalog.folder_pending(name)  # sparkwave's from here on: recovery may delete it
             if kind == "source":
                 self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)  # an epoch's rows, staged
             else:
@@ -168,6 +179,7 @@ class Ddl:
             rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
             tables = [rel] + [Relation(state_name(name, sfx), "state", sch, {"owner": name, "upstreams": []},
                                        epoch, state=state) for sfx, sch in schemas.items()]
+            self.catalog.folder_pending(name)  # sparkwave's from here on: recovery may delete it
             for t in tables:
                 self.rt.stored(t).create()
             sources = {u: self._source_snapshot(u) for u in plan.upstreams if self.rt.relation(u).kind == "source"}
@@ -251,6 +263,28 @@ class Ddl:
                                f"DROP SINK {rel.definition['sink']} drops both")
         self.drop_relation(name)
 
+    @contextmanager
+    def _between_epochs(self) -> Iterator[None]:
+        """`locks.epoch`, for a DROP: an epoch that holds it past `ABANDON_AFTER_SECONDS` (a huge
+        replay, a source that hangs: perhaps the very relation being dropped) is abandoned rather
+        than waited for; its plan is replayed after the DROP."""
+        epoch, loop = self.locks.epoch, self.loop
+        abandoned = loop is not None and not epoch.acquire(timeout=ABANDON_AFTER_SECONDS)
+        if abandoned:
+            assert loop is not None
+            log.warning("DROP: the running epoch has held the pipeline for %.0f s; abandoning it",
+                        ABANDON_AFTER_SECONDS)
+            loop.abandon()
+        if abandoned or loop is None:
+            epoch.acquire()
+        try:
+            yield
+        finally:
+            if abandoned:
+                assert loop is not None
+                loop.resume()  # before the release: the next epoch starts with the DROP done
+            epoch.release()
+
     def dependents(self, name: str) -> list[tuple[str, str]]:
         """What `DROP ... CASCADE` drops before `name`, deepest first: ("sink" | "mv", name) for every
         MV reading it (transitively) and every sink delivering one of them or it."""
@@ -276,7 +310,7 @@ class Ddl:
 
     def drop_relation(self, name: str) -> None:
         """Drop a table or MV that no MV or sink depends on."""
-        with self.locks.ddl, self.locks.epoch:
+        with self.locks.ddl, self._between_epochs():
             dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
             if dependents:
                 raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "
@@ -288,3 +322,4 @@ class Ddl:
                 self.catalog.remove_relation(db, name)
             self.rt.forget(name)
             self.warehouse.remove_tree(self.warehouse.relation_dir(name))
+            self.catalog.folder_removed(name)

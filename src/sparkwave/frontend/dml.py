@@ -21,7 +21,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
@@ -29,12 +28,15 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
+from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
+from sparkwave.frontend import value_size
 from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
+from sparkwave.storage.integrity import write_table
 from sparkwave.storage.lookup import lookup
 
 DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
@@ -52,10 +54,6 @@ def reserve_ids(rt: Runtime, batch: int, space: int) -> int:
     return DML_SEQ_BASE + first
 
 
-def _q(name: str) -> SparkColumn:
-    return F.col(f"`{name}`")
-
-
 def _cast_sql(column: Column, spark_type: str) -> str:
     """A value into the column's type, NULL if it does not fit; text into bytea read as PostgreSQL does."""
     if column.type.name == "bytea" and spark_type == "string":
@@ -65,28 +63,45 @@ def _cast_sql(column: Column, spark_type: str) -> str:
 
 def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFrame:
     """Cast `df`'s columns to the table's types; a value that does not fit raises DataError naming
-    the column, the value and its row."""
+    the column, the value and its row, as does a text or bytea value larger than `MAX_VALUE_BYTES`
+    (found in the same job, and never brought to the driver). Built as SQL text: a Column per
+    column costs several Py4J calls each, many seconds for a table of 1,000 columns."""
     cols = [c for c in rel.schema.columns if c.name in df.columns]
-    cast = df.select(*[_q(c.name).alias(f"raw_{i}") for i, c in enumerate(cols)],
-                     *[F.expr(_cast_sql(c, dict(df.dtypes)[c.name])).alias(c.name) for c in cols])
-    bad = [(_q(f"raw_{i}").isNotNull() & _q(c.name).isNull()) for i, c in enumerate(cols)]
-    nulls = [_q(k).isNull() for k in rel.schema.key if (kc := rel.schema.column(k)) and not kc.hidden]
-    checks = bad + nulls
-    if checks:
-        cond = checks[0]
-        for check in checks[1:]:
-            cond = cond | check
-        first = cast.where(cond).limit(1).collect()
+    types = dict(df.dtypes)
+    keys = [k for k in rel.schema.key if (kc := rel.schema.column(k)) and not kc.hidden]
+    if absent := [k for k in keys if k not in types]:
+        raise DataError(f"{what}: primary key column {absent[0]!r} of table {rel.name!r} cannot be NULL")
+    cast = df.selectExpr(*[f"`{c.name}` AS raw_{i}" for i, c in enumerate(cols)],
+                         *[f"{_cast_sql(c, types[c.name])} AS `{c.name}`" for c in cols])
+    sized = [c.name for c in cols if c.type.name in value_size.SIZED]
+    checks = [f"raw_{i} IS NOT NULL AND `{c.name}` IS NULL" for i, c in enumerate(cols)] + \
+        [f"`{k}` IS NULL" for k in keys] + \
+        [f"octet_length(`{name}`) > {MAX_VALUE_BYTES}" for name in sized]
+    if checks:  # one flat call, not an OR per column: Spark's tree walks recurse on an expression's depth
+        first = cast.where(f"array_contains(array({', '.join(f'({c})' for c in checks)}), true)").limit(1).selectExpr(
+            *[f"{_shown(f'raw_{i}', types[c.name])} AS raw_{i}" for i, c in enumerate(cols)],
+            *[f"`{c.name}` IS NULL AS null_{i}" for i, c in enumerate(cols)],
+            *[f"octet_length(`{name}`) AS `size_{name}`" for name in sized]).collect()
         if first:
             row = first[0]
+            for name in sized:
+                if (row[f"size_{name}"] or 0) > MAX_VALUE_BYTES:
+                    raise value_size.too_big(what, rel.name, name, row[f"size_{name}"])
             for i, c in enumerate(cols):
-                if row[f"raw_{i}"] is not None and row[c.name] is None:
+                if row[f"raw_{i}"] is not None and row[f"null_{i}"]:
                     raise DataError(f"{what}: value {row[f'raw_{i}']!r} does not fit column {c.name!r} of type "
                                     f"{c.type} in table {rel.name!r}")
-            for k in rel.schema.key:
-                if rel.schema.column(k) and row[k] is None:
-                    raise DataError(f"{what}: primary key column {k!r} of table {rel.name!r} cannot be NULL")
-    return cast.select(*[c.name for c in cols])
+            for i, c in enumerate(cols):
+                if c.name in rel.schema.key and row[f"null_{i}"]:
+                    raise DataError(f"{what}: primary key column {c.name!r} of table {rel.name!r} cannot be NULL")
+    return cast.selectExpr(*[f"`{c.name}`" for c in cols])
+
+
+def _shown(raw: str, spark_type: str) -> str:
+    """A value as an error message quotes it: text cut to its first 100 characters."""
+    if spark_type != "string":
+        return raw
+    return f"CASE WHEN length({raw}) > 100 THEN concat(substring({raw}, 1, 100), '...') ELSE {raw} END"
 
 
 def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
@@ -104,9 +119,10 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     seq = F.lit(first) + F.monotonically_increasing_id()
     if "_row_id" in rel.schema.key and "_row_id" not in df.columns:
         df = df.withColumn("_row_id", seq)
-    out = df.select(F.lit(int(op)).cast("tinyint").alias("_op"), seq.alias("_seq"),
-                    *[_q(c.name).cast(c.type.spark).alias(c.name) if c.name in df.columns
-                      else F.lit(None).cast(c.type.spark).alias(c.name) for c in rel.schema.columns])
+    present = set(df.columns)
+    out = df.selectExpr(f"CAST({int(op)} AS tinyint) AS _op", f"{first} + monotonically_increasing_id() AS _seq",
+                        *[f"CAST({f'`{c.name}`' if c.name in present else 'NULL'} AS {c.type.spark}) AS `{c.name}`"
+                          for c in rel.schema.columns])
     path = rt.warehouse.staging_dir() / f"dml-{batch}"
     limit = Settings(rt.catalog).dml_rows_per_epoch
     out.write.mode("overwrite").option("maxRecordsPerFile", limit).parquet(str(path))
@@ -197,9 +213,12 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
         if len(items) != len(columns):
             raise DataError(f"INSERT INTO {rel.name}: row {n} has {len(items)} values for {len(columns)} columns "
                             f"({', '.join(columns)})")
-        for item in items:
+        for name, item in zip(columns, items, strict=True):
             if item.find(exp.Column):
                 raise stmt.error(f"INSERT values must be constants, not {item.sql(dialect='postgres')!r}")
+            target = rel.schema.column(name)
+            assert target is not None
+            value_size.check_literals(item, target, rel.name, f"INSERT INTO {rel.name} row {n}")
         tuples.append(items)
     literal = _literal_table(columns, tuples)
     if literal is not None:
@@ -285,6 +304,7 @@ def _cast(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
 def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
     """A bulk load that is already on the driver: cast and staged with pyarrow, no Spark job."""
     _check_insert_columns(rel, data.column_names)
+    value_size.check_arrow(data, rel.name, f"insert into {rel.name}")
     return _stage_arrow(rt, rel, data, Op.INSERT)
 
 
@@ -295,10 +315,11 @@ def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
     first = reserve_ids(rt, batch, max(1, n))
     seq = pa.array(range(first, first + n), pa.int64())
     cols: dict[str, pa.Array | pa.ChunkedArray] = {"_op": pa.array([int(op)] * n, pa.int8()), "_seq": seq}
+    given = set(data.column_names)  # built anew on each access: a table of 1,000 columns took a second
     for c in rel.schema.columns:
-        if c.name == "_row_id" and c.name not in data.column_names:
+        if c.name == "_row_id" and c.name not in given:
             cols[c.name] = seq
-        elif c.name in data.column_names:
+        elif c.name in given:
             try:
                 cols[c.name] = _cast(data[c.name], c.type.arrow)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -314,7 +335,7 @@ def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
     for i, lo in enumerate(range(0, max(1, n), limit)):
         path = rt.warehouse.staging_dir() / (f"dml-{batch}" if n <= limit else f"dml-{batch}-{i:06d}")
         path.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table.slice(lo, limit), path / "part-0.parquet")
+        write_table(table.slice(lo, limit), path / "part-0.parquet")
         batches.append((str(path), min(limit, n - lo)))
     rt.catalog.stage_dml(rel.name, batches)
     return n
@@ -333,13 +354,14 @@ def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
         if col in rel.schema.key:
             raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
         value = eq.expression
+        value_size.check_literals(value, target, rel.name, f"UPDATE {rel.name}")
         if target.type.name == "bytea" and isinstance(value, exp.Literal) and value.is_string:
             value = exp.Cast(this=value, to=exp.DataType.build("BYTEA", dialect="postgres"))
         assignments[col] = to_spark(value, _typed(rel), rt.spark)
     df = _matching(rt, stmt, rel, ast, epoch)
     try:
-        df = df.select(*[F.expr(assignments[c.name]).alias(c.name) if c.name in assignments else _q(c.name)
-                         for c in rel.schema.columns])
+        df = df.selectExpr(*[f"{assignments[c.name]} AS `{c.name}`" if c.name in assignments else f"`{c.name}`"
+                             for c in rel.schema.columns])
     except Exception as e:
         raise SqlError(f"UPDATE {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None
     return stage(rt, rel, checked_cast(rt, rel, df, f"UPDATE {rel.name}"), Op.UPDATE_INSERT)

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError, SqlError
-from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, from_spark
+from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, column_name_problem, from_spark
 from sparkwave.core.spark import empty_frame
 from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.frontend.postgres import spark_ddl, to_spark
@@ -310,8 +310,8 @@ class Planner:
                 continue
             inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
             name = output_name(proj, i)
-            if name in RESERVED_COLUMNS:
-                raise self.err(f"output column name {name!r} is reserved", name)
+            if problem := column_name_problem(name):
+                raise self.err(f"output column name {name!r} {problem}; choose another alias", name)
             out.append((name, self.name(name), self.resolve(inner, items, f"SELECT item {i + 1}")))
         return out
 
@@ -850,8 +850,8 @@ class Planner:
             if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)):
                 raise self.err("SELECT * is not allowed with GROUP BY; name the columns", "*")
             name = output_name(proj, i)
-            if name in RESERVED_COLUMNS:
-                raise self.err(f"output column name {name!r} is reserved", name)
+            if problem := column_name_problem(name):
+                raise self.err(f"output column name {name!r} {problem}; choose another alias", name)
             post.append((name, self.name(name), rewrite(inner, f"SELECT item {i + 1}")))
         having = q.args.get("having")
         having_tree = rewrite(having.this, "HAVING") if having is not None else None

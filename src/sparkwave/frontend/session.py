@@ -7,11 +7,13 @@ import dataclasses
 import functools
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import TimestampType
 from sqlglot import exp
 
 from sparkwave.core.catalog import Catalog, Relation
@@ -23,6 +25,7 @@ from sparkwave.frontend.ddl import Ddl
 from sparkwave.frontend.postgres import untyped_to_spark
 from sparkwave.frontend.sink_ddl import SinkDdl
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
+from sparkwave.frontend.timeout import statement_deadline
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.jobs import CreatingJobs
 from sparkwave.meta.locks import Locks
@@ -32,7 +35,11 @@ from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import SPECS, Settings
 from sparkwave.meta.sinks import Sinks
+from sparkwave.storage.sweep import sweep
 from sparkwave.storage.warehouse import Warehouse
+
+FETCH_BATCH_ROWS = 1000
+TIMED = ("query", "insert", "update", "delete")  # the statements `statement_timeout` bounds: they compute in the caller
 
 
 def connect(warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
@@ -50,10 +57,11 @@ class Session:
         if barrier_interval_ms <= 0:
             raise SparkwaveError("barrier_interval_ms must be positive")
         self.warehouse = Warehouse(warehouse)
-        self.warehouse.create()
+        self.warehouse.open()  # refuses a folder that is not a warehouse before anything is written to it
         self._ownership = Ownership(self.warehouse.owner_path)
         self._ownership.acquire()
         self._closed = True
+        self.statement_timeout_ms = 0  # `SET statement_timeout`: this session's, as in PostgreSQL
         # What close() undoes, newest first; a connect() that fails midway undoes what it did.
         self._undo: list[Callable[[], None]] = [self._ownership.release]
         try:
@@ -63,7 +71,7 @@ class Session:
             else:
                 configure(spark)
             self.spark = spark
-            self.catalog = Catalog(self.warehouse.catalog_path)
+            self.catalog = Catalog(self.warehouse.catalog_path, create=False)
             self._undo.append(self.catalog.close)
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self._undo.append(self.rt.close_connectors)
@@ -72,7 +80,7 @@ class Session:
             self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop, self.loop.request_barrier)
             self.creating.chunk_rows = Settings(self.catalog).backfill_chunk_rows
             self.loop.jobs = self.creating
-            self.ddl = Ddl(self.rt, self.locks, self.creating)
+            self.ddl = Ddl(self.rt, self.locks, self.creating, self.loop)
             self.sinks = Sinks(self.rt)
             self.loop.sinks = self.creating.sinks = self.sinks
             self.sink_ddl = SinkDdl(self.ddl, self.sinks)
@@ -95,21 +103,12 @@ class Session:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _recover(self) -> None:
-        known = {r.name for r in self.catalog.relations(creating=True)}
-        for name in self.warehouse.relation_dirs():
-            if name not in known:  # a DDL that crashed before its catalog commit
-                self.warehouse.remove_tree(self.warehouse.relation_dir(name))
+        sweep(self.warehouse, self.catalog)  # what a crashed DDL or DML left; what sparkwave did not make
         self.catalog.forget_orphans()
-        staged = self.catalog.staged_paths()
-        for entry in os.listdir(self.warehouse.staging_dir()):
-            path = str(self.warehouse.staging_dir() / entry)
-            if path not in staged:
-                self.warehouse.remove_tree(self.warehouse.staging_dir() / entry)
         for rel in self.catalog.relations():
             if rel.kind == "source":  # an epoch's staged rows, left by a crash after its commit
                 self.warehouse.remove_tree(self.rt.stored(rel).log_path)
                 self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)
-        self.loop.recover()
 
     def close(self) -> None:
         """Stop maintenance, the creating jobs and the barrier loop, close the catalog, stop the
@@ -145,8 +144,27 @@ class Session:
         self._check_open()
         result = None
         for stmt in parse(text):
-            result = self._execute(stmt)
+            with statement_deadline(self.spark, self.statement_timeout_ms if stmt.kind in TIMED else 0):
+                result = self._execute(stmt)
         return result
+
+    def fetch(self, query: DataFrame, batch_rows: int = FETCH_BATCH_ROWS) -> Iterator[list[tuple[Any, ...]]]:
+        """A query's rows in batches of `batch_rows`, read from Spark a partition at a time (the driver
+        never holds the whole result), under this session's `statement_timeout`. A TIMESTAMP WITH
+        TIME ZONE is an aware datetime in UTC, as `toArrow()` gives it."""
+        self._check_open()
+        zoned = {i for i, f in enumerate(query.schema.fields) if isinstance(f.dataType, TimestampType)}
+        with statement_deadline(self.spark, self.statement_timeout_ms):
+            batch: list[tuple[Any, ...]] = []
+            for row in query.toLocalIterator(prefetchPartitions=True):
+                # PySpark returns such a value as a naive datetime in this process's local time
+                batch.append(tuple(v.astimezone(UTC) if i in zoned and v is not None else v for i, v in enumerate(row))
+                             if zoned else tuple(row))
+                if len(batch) == batch_rows:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
 
     def flush(self) -> int:
         self._check_open()
@@ -234,6 +252,12 @@ class Session:
         key, text = stmt.args["key"], stmt.args["value"].lower()
         if key not in SPECS:
             raise stmt.error(f"unknown setting {key!r}; known: {', '.join(SPECS)}", key)
+        if key == "statement_timeout":  # per session, not stored: PostgreSQL's semantics
+            try:
+                self.statement_timeout_ms = SPECS[key].parse(text)
+            except (ValueError, OverflowError):
+                raise stmt.error(SPECS[key].error(key, text), text) from None
+            return
         try:
             Settings(self.catalog).store(key, text)
         except ValueError as e:
@@ -287,13 +311,14 @@ class Session:
         self.creating.set_rate_limit(creating_job_of(self.catalog, stmt).id, limit)
 
     def _do_alter_source_rate(self, stmt: Statement) -> None:
-        """A source's own rate (rows/s; 0 pauses it; DEFAULT: unbounded but for `max.rows.per.epoch`),
-        kept with its options: the barrier loop reads it at the next plan, in this process or the owner."""
+        """A connector's rate limit (rows/s; 0 pauses it; DEFAULT: its own rate, at most
+        `max.rows.per.epoch` an epoch), kept with its options: the barrier loop reads it at the next
+        plan, in this process or the owner."""
         rel = self.rt.relation(stmt.args["name"])
         options = rel.definition.get("connector")
-        if not options or options.get("connector") != "kafka":
-            raise stmt.error(f"{rel.name!r} is not a Kafka source; SOURCE_RATE_LIMIT applies to Kafka sources",
-                             stmt.args["name"])
+        if not options:
+            raise stmt.error(f"{rel.name!r} is not fed by a connector; SOURCE_RATE_LIMIT applies to sources and "
+                             "tables created WITH (connector = ...)", stmt.args["name"])
         limit = rate_limit_value(stmt, stmt.args["value"])
         options = {k: v for k, v in options.items() if k != "source_rate_limit"}
         if limit is not None:

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sparkwave.frontend.functions import function_of
 from sparkwave.frontend.statements import Statement
-
-# what the user may have typed, for pointing at it
-_NON_DETERMINISTIC = {exp.Rand: ("random", "rand"), exp.CurrentTimestamp: ("now", "current_timestamp"),
-                      exp.CurrentDate: ("current_date",), exp.CurrentTime: ("current_time",),
-                      exp.Uuid: ("gen_random_uuid", "uuid")}
 
 
 def check_shape(stmt: Statement, q: exp.Select) -> None:
@@ -32,9 +28,11 @@ def check_shape(stmt: Statement, q: exp.Select) -> None:
     if q.find(exp.Filter):
         raise stmt.error("unsupported aggregate FILTER (WHERE ...) in a materialized view; use CASE WHEN inside "
                          "the aggregate", "FILTER")
-    for node in q.find_all(*_NON_DETERMINISTIC):
-        words = _NON_DETERMINISTIC[type(node)]
-        typed = next((w for w in words if stmt.where(w) != stmt.where()), words[0])
+    for node in q.find_all(exp.Func):
+        fn = function_of(node)
+        if fn is None or fn.deterministic:
+            continue
+        typed = next((w for w in fn.names if stmt.where(w) != stmt.where()), fn.names[0])
         raise stmt.error(f"non-deterministic function {typed}() is not allowed in a materialized view: its "
                          "result would differ between the backfill and the live updates", typed)
 

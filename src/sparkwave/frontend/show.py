@@ -7,6 +7,7 @@ import json
 from pyspark.sql import DataFrame
 
 from sparkwave.core.errors import CatalogError
+from sparkwave.core.limits import MAX_SHOW_ROWS
 from sparkwave.frontend.sink_ddl import SECRET
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.progress import job_infos, sink_infos
@@ -39,7 +40,8 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
         if stmt.args["name"]:
             rt.relation(stmt.args["name"])  # a clear error if there is no such relation
         return rt.spark.createDataFrame(
-            [(r, int(p), o, e, err, raw) for r, p, o, e, err, raw in rt.catalog.source_errors(stmt.args["name"])],
+            [(r, int(p), o, e, err, raw) for r, p, o, e, err, raw in rt.catalog.source_errors(stmt.args["name"],
+                                                                                              MAX_SHOW_ROWS)],
             "relation string, partition int, offset bigint, epoch bigint, error string, raw string")
     return rt.spark.createDataFrame(
         [(j.id, j.name, j.kind, j.strategy, j.phase, j.rows_done, j.rows_total, j.percent, j.rows_per_second,

@@ -16,11 +16,10 @@ from __future__ import annotations
 import re
 import sys
 import uuid
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from sparkwave.connectors import make_sink
 from sparkwave.connectors.sink import APPEND_ONLY, DEBEZIUM, UPSERT, SinkSpec
+from sparkwave.connectors.sink_delta import local_path
 from sparkwave.core.catalog import Phase, SinkRow
 from sparkwave.core.errors import CatalogError, PipelineError, SqlError
 from sparkwave.core.names import MAX_LENGTH, relation_name
@@ -169,12 +168,17 @@ class SinkDdl:
         return SinkSpec(name, sink_id, tuple(visible), tuple(key), mode, options)
 
     def _location(self, stmt: Statement, location: str) -> str:
-        """A Delta sink's location, a local one made absolute (a later session may run elsewhere); it
-        never lies inside the warehouse, whose files are sparkwave's own."""
-        parsed = urlparse(location)
-        if parsed.scheme not in ("", "file") or not location:
+        """A Delta sink's location, a local one normalised (absolute, `..` and symlinks resolved: a
+        later session may run elsewhere) and stored so, so that what is checked is what is written;
+        it never lies inside the warehouse, whose files are sparkwave's own."""
+        if not location:
             return location
-        path = Path(unquote(parsed.path) if parsed.scheme == "file" else location).resolve()
+        try:
+            path = local_path(location)
+        except ValueError as e:
+            raise stmt.error(f"sink location {location!r} {e}", "location") from None
+        if path is None:
+            return location
         root = self.rt.warehouse.root.resolve()
         if path == root or root in path.parents:
             raise stmt.error(f"location {location!r} is inside the warehouse {root}; a Delta sink writes to a "

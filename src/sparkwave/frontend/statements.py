@@ -15,6 +15,8 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sparkwave.core.errors import SqlError
+from sparkwave.core.limits import MAX_STATEMENT_BYTES
+from sparkwave.frontend.functions import check, check_nesting, too_deep
 from sparkwave.frontend.postgres import DIALECT
 from sparkwave.meta.settings import SPECS, rate_limit
 
@@ -102,6 +104,9 @@ def parse_options(stmt_text: str, body: str) -> dict[str, str]:
 
 
 def parse(text: str) -> list[Statement]:
+    if len(text) > MAX_STATEMENT_BYTES // 4 and (size := len(text.encode())) > MAX_STATEMENT_BYTES:
+        raise SqlError(f"the SQL text is {size:,} bytes, more than the limit of {MAX_STATEMENT_BYTES:,} bytes "
+                       f"({MAX_STATEMENT_BYTES // 2**20} MiB) on one call; load large data with Session.insert")
     return [classify(t, line, col) for t, line, col in split(text)]
 
 
@@ -204,8 +209,15 @@ def classify(text: str, line: int, col: int) -> Statement:
 
 
 def _parse_sql(base: Statement, text: str) -> exp.Expr:
+    """The one statement of `text`, checked (`functions.check`): every statement with expressions
+    is parsed here, so none reaches Spark with a function outside the documented set."""
+    dialect = sqlglot.Dialect.get_or_raise(DIALECT)
     try:
-        asts = sqlglot.parse(text, dialect=DIALECT)
+        tokens = dialect.tokenize(text)
+        check_nesting(tokens, base.error)
+        asts = dialect.parser().parse(tokens, text)
+    except RecursionError:
+        raise base.error(too_deep()) from None
     except ParseError as e:
         err = e.errors[0] if e.errors else {}
         line = base.line + err.get("line", 1) - 1
@@ -214,6 +226,7 @@ def _parse_sql(base: Statement, text: str) -> exp.Expr:
                        f"near {err.get('highlight', '')!r} (in: {base.snippet})") from None
     if len(asts) != 1 or asts[0] is None:
         raise base.error("expected exactly one statement")
+    check(asts[0], text, base.error)
     return asts[0]
 
 
@@ -279,9 +292,10 @@ def _create_sink(base: Statement) -> Statement:
 
 
 def rate_limit_value(stmt: Statement, value: str) -> int | None:
-    """A BACKFILL_RATE_LIMIT value: rows per second (0 pauses), or None for DEFAULT (unlimited)."""
+    """A BACKFILL_, SINK_ or SOURCE_RATE_LIMIT value: rows per second (0 pauses), or None for
+    DEFAULT (unlimited)."""
     try:
         return rate_limit(value)
     except ValueError:
-        raise stmt.error(f"a backfill rate limit is {SPECS['backfill_rate_limit'].expects}, got {value!r}",
+        raise stmt.error(f"a rate limit must be {SPECS['backfill_rate_limit'].expects}, got {value!r}",
                          value) from None

@@ -40,6 +40,7 @@ from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
 from sparkwave.storage import snapshot as snap
+from sparkwave.storage.integrity import spark_read_error
 from sparkwave.storage.lookup import lookup
 from sparkwave.storage.table import StagedLog
 from sparkwave.stream import fusion
@@ -59,6 +60,11 @@ MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many
 # no message must not pour a whole epoch's payloads into the catalog's commit.
 MAX_BAD_RECORDS_KEPT = 1000
 EXECUTE_THREADS = 4  # relations of one epoch executed at once (those whose upstreams are done)
+EPOCH_GROUP = "sparkwave-epoch"  # the Spark job group of every epoch's jobs, which `abandon` cancels
+
+
+class EpochAbandoned(PipelineError):
+    """The running epoch was given up for a DROP; its plan is replayed without what was dropped."""
 
 
 class RelationFailed(PipelineError):
@@ -176,6 +182,7 @@ class BarrierLoop:
         self.jobs: CreatingJobs | None = None  # set by the session: mutations and the lag rule ride on barriers
         self.sinks: Sinks | None = None  # set by the session: committed epochs go to the sinks' log stores
         self._threads: ThreadPoolExecutor | None = None  # an epoch's relations and commits run on these
+        self._abandon = threading.Event()  # set by `abandon` until `resume`: no epoch runs meanwhile
 
     # --- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -221,9 +228,31 @@ class BarrierLoop:
         barrier was held back, a creating job's move."""
         return self._stop or self._flush_requests > 0 or (held and self._nudged)
 
+    def abandon(self) -> None:
+        """Give up the running epoch, if any: its Spark jobs are cancelled and none of its relations
+        is started after, so a DROP waiting for `locks.epoch` does not wait for an epoch that may
+        never finish (the relation it drops may be why). The plan stays persisted and is replayed
+        at once, without what was dropped."""
+        self._abandon.set()
+        self.rt.spark.sparkContext.cancelJobGroup(EPOCH_GROUP)
+
+    def resume(self) -> None:
+        """Epochs may run again: the DROP that abandoned one is done."""
+        with self._wake:
+            self._abandon.clear()
+            self._wake.notify_all()
+
+    def _in_epoch_group(self) -> None:
+        sc = self.rt.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
+        sc.setJobGroup(EPOCH_GROUP, "sparkwave epoch", interruptOnCancel=True)
+
     def _run(self) -> None:
-        self.rt.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
-        again = False  # after a replay, the epoch a flush() waits for is still to come
+        self._in_epoch_group()
+        # A plan a crash left uncommitted is replayed here at once, not in `connect()`: however big
+        # it is, opening the warehouse does not wait for it. After a replay, the epoch a flush()
+        # waits for is still to come.
+        again = self.rt.catalog.uncommitted_plan() is not None
         held = False  # the last barrier was held back by a creating job's lag rule
         started = time.time()
         while True:
@@ -246,6 +275,12 @@ class BarrierLoop:
                 self.failures, self.error = 0, None
                 self._failing.clear()
             except Exception as e:  # the loop survives; an epoch that keeps failing is reported to waiters
+                if self._abandon.is_set():
+                    log.warning("epoch abandoned for a DROP; its plan is replayed without the dropped relation")
+                    with self._wake:
+                        self._wake.wait_for(lambda: self._stop or not self._abandon.is_set())
+                    again = True
+                    continue
                 log.exception("epoch failed (attempt %d)", self.failures + 1)
                 again = self._failed(e)
 
@@ -318,20 +353,6 @@ class BarrierLoop:
                     raise PipelineError("the pipeline is closed")
 
     # --- one epoch -----------------------------------------------------------------------------
-    def recover(self) -> int | None:
-        """Replay the first planned but uncommitted epoch, if any; returns it. An epoch that fails
-        does not stop the warehouse from opening: the loop goes on retrying it, `flush()` reports
-        the error, and the user can DROP what makes it fail."""
-        if self.rt.catalog.uncommitted_plan() is None:
-            return None
-        try:
-            report = self.run_epoch()
-        except Exception as e:
-            log.error("the pending epoch failed on recovery; it is retried in the background: %s", e)
-            self._failed(e)
-            return None
-        return report.epoch if report else None
-
     def run_epoch(self) -> EpochReport | None:
         """Run the next epoch; an epoch that was planned but not committed (a crash, a failed
         attempt) is replayed first, with the same plan. None: held back by a creating job."""
@@ -369,7 +390,12 @@ class BarrierLoop:
         since = self.rt.catalog.last_planned_at() or self.started_at
         elapsed_ms = min(self.interval_ms, max(0, (time.time() - since) * 1000))
         for rel in self.rt.catalog.relations():
-            conn = self.rt.connector(rel)
+            try:
+                conn = self.rt.connector(rel)
+            except SparkwaveError as err:  # options stored before they were checked as now: it alone waits
+                if (job := self.rt.catalog.job_of(rel.name)) is not None and job.error != str(err):
+                    self.rt.catalog.set_job_error(job.id, str(err))
+                continue
             if conn is None:
                 continue
             if ranges := conn.plan(self.rt.catalog.source_offsets(rel.name), elapsed_ms):
@@ -436,6 +462,8 @@ class BarrierLoop:
         step_ms: dict[str, float] = {}
         failed: BaseException | None = None
         while waiting or running:
+            if failed is None and self._abandon.is_set():
+                failed = EpochAbandoned(f"epoch {e.epoch} was abandoned for a DROP")
             if failed is None:
                 for name in [n for n, (ups, _) in waiting.items() if ups <= done]:
                     rel = waiting.pop(name)[1]
@@ -459,13 +487,13 @@ class BarrierLoop:
 
     def _timed_execute(self, rel: Relation, e: _Epoch, dml: list[tuple[int, str, str, int]]
                        ) -> tuple[pa.Table | StagedLog | None, float]:
-        self.rt.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
+        self._in_epoch_group()
         t0 = time.time()
         try:
             chunk = self._execute(rel, e, dml)
         except Exception as err:
             what = {"mv": "materialized view", "source": "source"}.get(rel.kind, "table")
-            cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            cause = spark_read_error(err) or (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
             hint = (f"after {MAX_ATTEMPTS} failed attempts it is taken out of the pipeline, which goes on"
                     if rel.kind == "mv" else f"if it keeps failing, DROP {what.upper()} {rel.name} lets the "
                     "pipeline go on")
@@ -514,9 +542,9 @@ class BarrierLoop:
         """A table's intents of the epoch (source rows and DML batches) with their vnodes."""
         spark = self.rt.spark
         parts: list[DataFrame] = []
-        conn = self.rt.connector(rel)
         ranges = e.plan.get("sources", {}).get(rel.name)
         if ranges:
+            conn = self.rt.connector(rel)
             assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
             rows = conn.read(spark, ranges)
             if "on_conflict" in rel.definition:  # a connector's rows are inserts, which the rule applies to

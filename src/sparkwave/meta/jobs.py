@@ -195,6 +195,7 @@ class CreatingJobs:
             self.rt.catalog.remove_relation(db, job.relation)
         self.rt.forget(job.relation)
         self.rt.warehouse.remove_tree(self.rt.warehouse.relation_dir(job.relation))
+        self.rt.catalog.folder_removed(job.relation)
         self._workers.pop(job_id, None)
         self.notify()
         return True

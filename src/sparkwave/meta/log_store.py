@@ -16,10 +16,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.schema import Schema
+from sparkwave.storage.integrity import read_table
 from sparkwave.storage.table import log_arrow_schema
 
 BUFFER_ROWS = 200_000  # rows of committed epochs a sink keeps in memory before it spills
@@ -80,7 +80,7 @@ class LogStore:
             with self._lock:
                 t = self._buffer.get(e)
             if t is None:
-                t = pq.read_table(paths[e], schema=self.schema)
+                t = read_table(paths[e], schema=self.schema)
                 spilled += 1
             tables.append(t)
         self.spilled_epochs += spilled

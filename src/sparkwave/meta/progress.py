@@ -15,6 +15,7 @@ from sparkwave.core.offsets import slot_ranges
 from sparkwave.meta.lag_rule import LagRule
 
 RATE_WINDOW_S = 10.0  # rows/s is measured over the checkpoints of this recent window
+NOTE = "note: "  # a sink's error that is no failure: what its target changed of a delivery (it runs on)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def sink_infos(catalog: Catalog, now: float | None = None) -> list[SinkInfo]:
         size = sum(os.path.getsize(p) for _, p in catalog.log_files(s.mv, consumed, catalog.committed_epoch())
                    if os.path.exists(p))
         opts = s.spec["options"]
-        phase = ("paused" if job.rate_limit == 0 else "retrying" if job.error else
+        phase = ("paused" if job.rate_limit == 0 else "retrying" if job.error and not job.error.startswith(NOTE) else
                  "snapshot" if job.phase is Phase.SNAPSHOT else "running")
         out.append(SinkInfo(s.name, s.mv, opts.get("connector", ""),
                             opts.get("table") or opts.get("topic") or opts.get("location") or "", s.spec["mode"],

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -20,6 +19,7 @@ from sparkwave.core.local_frames import to_arrow
 from sparkwave.core.offsets import merged, slot_counts, slot_ranges
 from sparkwave.core.spark import empty_frame
 from sparkwave.storage import snapshot as snap
+from sparkwave.storage.integrity import write_table
 from sparkwave.storage.store import Store
 from sparkwave.storage.table import log_rows
 from sparkwave.storage.warehouse import Warehouse
@@ -139,6 +139,6 @@ class Runtime(Store):
             ops = pa.array([int(Op.INSERT)] * part.num_rows, pa.int8())
             part = part.set_column(part.schema.get_field_index("_op"), "_op", ops)
             path = str(folder / f"e{e}.parquet")
-            pq.write_table(log_rows(part, rel.schema, e), path)
+            write_table(log_rows(part, rel.schema, e), path)
             out.append((e, path))
         return out

@@ -5,29 +5,41 @@ when it is read, so one bad stored value fails only what uses it, with an error 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sparkwave.connectors.options import MAX_RATE
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.errors import SparkwaveError
 from sparkwave.meta.creating_job import Strategy
 
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0 or not math.isfinite(value):
-        raise ValueError
-    return value
+MAX_RETENTION_SECONDS = 10 * 365 * 86_400  # ten years
 
 
-def _count(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
+def _seconds(high: int) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and 0 <= value <= high):
             raise ValueError
         return value
     return parse
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[-+]?[0-9]{1,30}", text):
+            raise ValueError
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError
+        return value
+    return parse
+
+
+def _range(low: int, high: int, unit: str = "") -> str:
+    return f"an integer from {low} to {high}{unit}"
 
 
 def _bool(text: str) -> bool:
@@ -40,45 +52,49 @@ def rate_limit(text: str) -> int | None:
     """Rows per second (0 pauses), or None for DEFAULT (unlimited)."""
     if text.lower() == "default":
         return None
-    return _count(0)(text)
+    return _count(0, MAX_RATE)(text)
 
 
 @dataclass(frozen=True)
 class _Spec:
     default: str
     parse: Callable[[str], Any]
-    expects: str  # completes "setting X needs ..."
+    expects: str  # completes "setting X must be ..."
     doc: str
     unknown: str | None = None  # the error for a value outside a closed set, with {text}
 
     def error(self, key: str, text: str) -> str:
         if self.unknown:
             return self.unknown.format(text=repr(text))
-        return f"setting {key} needs {self.expects}, got {text!r}"
+        return f"setting {key} must be {self.expects}, got {text if len(text) <= 40 else text[:37] + '...'!r}"
 
 
 SPECS: dict[str, _Spec] = {
-    "retention_seconds": _Spec("3600", _non_negative, "a non-negative number of seconds",
+    "retention_seconds": _Spec("3600", _seconds(MAX_RETENTION_SECONDS),
+                               f"a non-negative number of seconds from 0 to {MAX_RETENTION_SECONDS} (10 years)",
                                "how long committed epochs stay readable with as_of"),
-    "compaction_epochs": _Spec("50", _count(0), "a non-negative integer",
+    "compaction_epochs": _Spec("50", _count(0, 10**6), _range(0, 10**6),
                                "log epochs since the base that trigger a compaction"),
     "backfill_strategy": _Spec("snapshot", Strategy, f"one of {', '.join(Strategy)}",
                                "how CREATE MATERIALIZED VIEW fills a new MV",
                                "unknown backfill strategy {text}; supported: " + ", ".join(Strategy)),
     "background_ddl": _Spec("false", _bool, "true or false",
                             "true: CREATE MATERIALIZED VIEW returns at once; the job backfills in the background"),
-    "backfill_rate_limit": _Spec("default", rate_limit, "a non-negative number of rows per second or DEFAULT",
+    "backfill_rate_limit": _Spec("default", rate_limit, _range(0, MAX_RATE, " (rows per second) or DEFAULT"),
                                  "rows per second per new creating job; default = unlimited, 0 = paused"),
-    "dml_rows_per_epoch": _Spec("1000000", _count(1), "a positive integer",
+    "dml_rows_per_epoch": _Spec("1000000", _count(1, 10**8), _range(1, 10**8),
                                 "at most this many DML rows per epoch: a larger statement or bulk load spans epochs"),
-    "big_epoch_rows": _Spec("1000000", _count(0), "a non-negative integer",
+    "big_epoch_rows": _Spec("1000000", _count(0, 10**10), _range(0, 10**10),
                             "a table's or MV's step whose change in an epoch has more rows than this runs on the "
                             "Spark executors (joins and aggregates against their state files), not the driver"),
-    "backfill_chunk_rows": _Spec("10000000", _count(1), "a positive integer",
+    "backfill_chunk_rows": _Spec("10000000", _count(1, 10**9), _range(1, 10**9),
                                  "at most this many snapshot rows per checkpoint of a creating job"),
     "sink_decouple": _Spec("true", _bool, "true or false",
                            "true: a new sink runs at its own pace behind its log store; false: each epoch waits "
                            "for it"),
+    "statement_timeout": _Spec("0", _count(0, 2**31 - 1), _range(0, 2**31 - 1, " (milliseconds; 0: no timeout)"),
+                               "per session, not stored (PostgreSQL's): a query or DML statement that runs longer "
+                               "is cancelled"),
 }
 
 

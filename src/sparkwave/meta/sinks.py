@@ -36,6 +36,7 @@ from sparkwave.meta.creating_job import RateLimiter
 from sparkwave.meta.jobs import BACKFILL_POOL
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.log_store import BUFFER_ROWS, LogStore
+from sparkwave.meta.progress import NOTE
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.snapshot import vnode_rows
 from sparkwave.storage.table import StagedLog
@@ -76,6 +77,7 @@ class SinkWorker:
         self.wake = threading.Condition()
         self.limiter = RateLimiter()
         self.failures = 0  # consecutive failed deliveries
+        self.note: str | None = None  # the first value a target changed or left out, shown as the sink's error
         self.altered = threading.Event()  # a rate limit changed or the sink stops: a backoff ends early
         self.target: SinkTarget | None = None
         self.delivered = threading.Condition()  # notified as the position moves (a coupled sink's epoch waits)
@@ -238,8 +240,12 @@ class SinkWorker:
         crash_point(f"sink_after_{self.spec.options.get('connector')}_commit")
 
     def _record(self, to: Position, rows: int, epochs: int) -> None:
+        if self.note is None and self.target is not None and self.target.note is not None:
+            self.note = NOTE + self.target.note
+            log.warning("sink %s: %s", self.row.name, self.note)
         lag = LagRule.lag(self.rt.catalog, to.epoch)
-        self.rt.catalog.sink_delivered(self.row.job, self.row.name, to.epoch, to.vnode, rows, epochs, lag)
+        self.rt.catalog.sink_delivered(self.row.job, self.row.name, to.epoch, to.vnode, rows, epochs, lag,
+                                       self.note)
         if self.manager.delivered_hook is not None:
             self.manager.delivered_hook(self.row.name, to)
         with self.delivered:

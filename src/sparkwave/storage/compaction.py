@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from sparkwave.core.catalog import Relation
 from sparkwave.core.crash import crash_point
 from sparkwave.storage import key_index
+from sparkwave.storage.integrity import write_table
 from sparkwave.storage.links import Linked, is_linked, link_base_files
 from sparkwave.storage.store import Store
 
@@ -118,7 +119,7 @@ def _write_local(rows: pa.Table, staging: os.PathLike[str], order: list[str], lo
         return
     if order:
         rows = rows.sort_by([(k, "ascending", "at_start") for k in order])
-    pq.write_table(rows, os.path.join(staging, "part-00000.parquet"), use_dictionary=not lookup_groups,
+    write_table(rows, os.path.join(staging, "part-00000.parquet"), use_dictionary=not lookup_groups,
                    row_group_size=STATE_ROW_GROUP_ROWS if lookup_groups else None)
 
 

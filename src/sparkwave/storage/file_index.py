@@ -121,6 +121,6 @@ def candidate_groups(index: FileIndex, keys: pa.Table, by: list[str]) -> list[in
 
 
 def read_groups(index: FileIndex, groups: list[int] | None, schema: pa.Schema) -> pa.Table:
-    f = pq.ParquetFile(index.path, metadata=index.metadata)
+    f = pq.ParquetFile(index.path, metadata=index.metadata, page_checksum_verification=True)
     t = f.read() if groups is None else f.read_row_groups(groups) if groups else schema.empty_table()
     return t.select(schema.names).cast(schema)

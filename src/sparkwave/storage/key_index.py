@@ -10,13 +10,21 @@ of those rows (1k keys in 10M rows: under 10 ms). The price is disk: uncompresse
 about 3.7x the size of its Parquet file.
 
 An index is a cache of its Parquet file: it records that file's size and row count and is used only
-while they match; a missing, stale or unreadable index sends the lookup to the Parquet file."""
+while they match; a missing, stale or unreadable index sends the lookup to the Parquet file. It ends
+with a CRC32 of its bytes (`_seal`), verified when it is opened: once per process and file, it reads
+every page of the index (a 1M-row, 39 MB index: 15-25 ms, against under 1 ms to map it unverified).
+An index that fails it, damaged anywhere (schema, data, footer, the checksum itself) or written
+before indexes had one, is never served: it is built again from its Parquet file, whose pages are
+verified in turn."""
 
 from __future__ import annotations
 
+import logging
 import os
+import struct
 import threading
 import uuid
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +37,15 @@ import pyarrow.parquet as pq
 
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.schema import Schema
+from sparkwave.storage.integrity import parquet_file
+
+log = logging.getLogger(__name__)
 
 _SOURCE = b"sparkwave.parquet"  # "<size> <rows>" of the Parquet file the index was built from
 _BOUNDS = b"sparkwave.vnodes"  # int64 row offsets of vnodes 0..VNODES, so opening reads no column
 _CACHED = 256  # open indexes kept memory-mapped (address space only: pages are the OS's cache)
+_SEAL = b"SWX1"  # an index file is `| Arrow IPC file | crc32 of it (uint32, little-endian) | _SEAL |`
+_SEAL_BYTES = 4 + len(_SEAL)
 
 
 def index_path(base_file: str | os.PathLike[str]) -> Path:
@@ -63,7 +76,7 @@ def build(base_file: str) -> None:
     out = index_path(base_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{uuid.uuid4().hex}.tmp")
-    f = pq.ParquetFile(base_file)
+    f = parquet_file(base_file)
     counts = np.bincount(f.read(columns=["_vnode"])["_vnode"].to_numpy(), minlength=VNODES)
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     meta = {_SOURCE: _source_stamp(base_file), _BOUNDS: bounds.tobytes()}
@@ -71,9 +84,29 @@ def build(base_file: str) -> None:
         with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, f.schema_arrow, metadata=meta) as writer:
             for g in range(f.num_row_groups):
                 writer.write_table(f.read_row_group(g))
+        _seal(tmp)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _seal(path: Path) -> None:
+    """Append the CRC32 of the file's bytes, which `_unsealed` verifies."""
+    crc = 0
+    with open(path, "r+b") as f:
+        while chunk := f.read(16 << 20):
+            crc = zlib.crc32(chunk, crc)
+        f.write(struct.pack("<I", crc) + _SEAL)
+
+
+def _unsealed(path: Path) -> pa.Buffer | None:
+    """The Arrow IPC bytes of the index at `path`, memory-mapped, or None if they fail their CRC32."""
+    data = pa.memory_map(str(path)).read_buffer()
+    if data.size < _SEAL_BYTES or data.slice(data.size - len(_SEAL)).to_pybytes() != _SEAL:
+        return None
+    body = data.slice(0, data.size - _SEAL_BYTES)
+    (crc,) = struct.unpack("<I", data.slice(body.size, 4).to_pybytes())
+    return body if zlib.crc32(body) == crc else None
 
 
 def remove_stale(base_dir: Path, prefix: str) -> None:
@@ -97,7 +130,7 @@ _lock = threading.Lock()
 _open: OrderedDict[tuple[str, int, int, int, int], _Index] = OrderedDict()
 
 
-def _opened(base_file: str) -> _Index | None:
+def _opened(base_file: str, rebuilt: bool = False) -> _Index | None:
     path = index_path(base_file)
     try:
         st, source = os.stat(path), os.stat(base_file)
@@ -107,7 +140,10 @@ def _opened(base_file: str) -> _Index | None:
             if found is not None:
                 _open.move_to_end(cache_key)  # least recently used first out
                 return found
-        reader = ipc.open_file(pa.memory_map(str(path)))
+        body = _unsealed(path)
+        if body is None:
+            return None if rebuilt else _rebuild(base_file, path)
+        reader = ipc.open_file(body)
         meta = reader.metadata or {}
         if meta.get(_SOURCE) != _source_stamp(base_file):
             return None
@@ -123,6 +159,20 @@ def _opened(base_file: str) -> _Index | None:
         while len(_open) > _CACHED:
             _open.popitem(last=False)
     return index
+
+
+def _rebuild(base_file: str, path: Path) -> _Index | None:
+    """Replace an index that fails its checksum by one built again from its Parquet file (on the
+    driver, once: 1M rows in about 0.5 s); None if that fails, and the lookup reads the file."""
+    log.warning("key index %s fails its checksum (damaged, or written before indexes had one): building it "
+                "again from %s", path, base_file)
+    forget(path)
+    try:
+        build(base_file)
+    except Exception:  # a damaged Parquet file too: the lookup's read of it raises, naming it
+        log.exception("key index %s was not built again; lookups read %s", path, base_file)
+        return None
+    return _opened(base_file, rebuilt=True)
 
 
 def forget(path: str | os.PathLike[str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import Op, first_last
@@ -17,6 +16,7 @@ from sparkwave.core.schema import Schema
 from sparkwave.core.zset import ns_join
 from sparkwave.storage import key_index
 from sparkwave.storage.file_index import candidate_groups, file_index, read_groups
+from sparkwave.storage.integrity import check_rows, reading, scan
 from sparkwave.storage.table import base_arrow_schema, log_arrow_schema
 
 
@@ -41,10 +41,11 @@ def lookup(catalog: Catalog, name: str, schema: Schema, epoch: int, keys: pa.Tab
             term = term | pc.field(k).is_null()
         expr = term if expr is None else expr & term
     indexed = by == key and index_by[0] == "_vnode" and key_index.indexable(schema)
+    logs = catalog.log_files(name, c, epoch)
+    check_rows(catalog, name, base, logs)
     found = ns_join(_read_base(base.files if base else [], base_arrow_schema(schema), expr, index_keys, index_by,
                                key if indexed else None), keys, by, "left semi")
-    log_files = [p for _, p in catalog.log_files(name, c, epoch)]
-    log = _read(log_files, log_arrow_schema(schema), expr)
+    log = _read([p for _, p in logs], log_arrow_schema(schema), expr)
     if log.num_rows == 0:
         return found.select(cols)
     _, latest = first_last(ns_join(log, keys, by, "left semi"), key, ["_epoch", "_seq"])
@@ -63,8 +64,9 @@ def _read_base(files: list[str], schema: pa.Schema, expr: pc.Expression | None, 
         if rows is not None:
             parts.append(rows)
             continue
-        index = file_index(path)
-        t = read_groups(index, candidate_groups(index, keys, by), schema)
+        with reading(path):
+            index = file_index(path)
+            t = read_groups(index, candidate_groups(index, keys, by), schema)
         parts.append(t.filter(expr) if expr is not None and t.num_rows else t)
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
@@ -72,4 +74,4 @@ def _read_base(files: list[str], schema: pa.Schema, expr: pc.Expression | None, 
 def _read(files: list[str], schema: pa.Schema, expr: pc.Expression | None) -> pa.Table:
     if not files:
         return schema.empty_table()
-    return ds.dataset(files, schema=schema, format="parquet").to_table(filter=expr)
+    return scan(files, schema, expr)

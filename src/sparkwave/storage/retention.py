@@ -1,10 +1,13 @@
 """Retention: what is kept, and the removal of everything else. delta-rs's cleanup ignores our
 readers, so this is ours.
 
-For each relation the oldest epoch anyone needs is the minimum of its pins and of
-`committed - retention window`. The newest base at or below that epoch, `b`, is kept with every
-newer base; older bases, and log files of epochs `<= b`, are removed (the log files also from
-the Delta table's current version). Time travel then works for every epoch `>= b`."""
+For each relation the oldest epoch anyone needs is the minimum of its pins and of the epoch that
+was current `retention_seconds` ago: an epoch stays readable for that long after it is superseded,
+measured by the wall time recorded at each commit (`Catalog.committed_by`), not by the epochs'
+numbers, which a forward clock jump leaves stamped in the future. The newest base at or below that
+epoch, `b`, is kept with every newer base; older bases, and log files of epochs `<= b`, are removed
+(the log files also from the Delta table's current version). Time travel then works for every
+epoch `>= b`."""
 
 from __future__ import annotations
 
@@ -12,15 +15,13 @@ import os
 import time
 
 from sparkwave.core.catalog import Relation
-from sparkwave.core.epoch import epoch_from_ms
 from sparkwave.storage import key_index
 from sparkwave.storage.store import Store
 
 
 def needed_from(rt: Store, rel: Relation, retention_seconds: float) -> int:
-    committed = rt.catalog.committed_epoch()
-    window = epoch_from_ms(int((time.time() - retention_seconds) * 1000))
-    needed = min(committed, window)
+    current = rt.catalog.committed_by(time.time() - retention_seconds)
+    needed = -1 if current is None else current  # none committed that long ago: every epoch is needed
     pin = rt.catalog.min_pin(rel.name)
     return needed if pin is None else min(needed, pin)
 

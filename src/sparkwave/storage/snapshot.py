@@ -13,7 +13,6 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -23,6 +22,8 @@ from sparkwave.core.chunk import VNODES, Op
 from sparkwave.core.local_frames import LOCAL_ROWS
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import empty_frame
+from sparkwave.storage.file_index import file_index
+from sparkwave.storage.integrity import check_rows, parquet_file, read_table, reading
 from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
 
 # Past this many bytes of Parquet, or of Arrow once decoded (repeated values compress well), a
@@ -42,8 +43,9 @@ def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:
 
 def changes(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, after: int, upto: int) -> DataFrame:
     """The log rows `| _epoch | _seq | _op | _vnode | columns |` of epochs in `(after, upto]`."""
-    files = [p for _, p in catalog.log_files(name, after, upto)]
-    return read_parquet(spark, log_spark_ddl(schema), files)
+    logs = catalog.log_files(name, after, upto)
+    check_rows(catalog, name, None, logs)
+    return read_parquet(spark, log_spark_ddl(schema), [p for _, p in logs])
 
 
 def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, epoch: int,
@@ -54,7 +56,9 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     it holds for. Both filters reach the Parquet scans, so base row groups outside them are skipped."""
     base = catalog.base_at(name, epoch)
     c = base.epoch if base else 0
-    log_files = [p for _, p in catalog.log_files(name, c, epoch)]
+    logs = catalog.log_files(name, c, epoch)
+    check_rows(catalog, name, base, logs)
+    log_files = [p for _, p in logs]
     state = _in_range(read_parquet(spark, base_spark_ddl(schema), base.files if base else []), vnodes, where) \
         if base or not log_files else None
     if not log_files:
@@ -91,11 +95,13 @@ def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> p
         return None
     base = catalog.base_at(name, epoch)
     base_files = base.files if base else []
-    log_files = [p for _, p in catalog.log_files(name, base.epoch if base else 0, epoch)]
+    logs = catalog.log_files(name, base.epoch if base else 0, epoch)
+    log_files = [p for _, p in logs]
     if sum(os.path.getsize(f) for f in [*base_files, *log_files]) > LOCAL_SNAPSHOT_BYTES:
         return None
     if base and base.rows > LOCAL_ROWS and (schema.append_only or not log_files):
         return None  # no overlay to compute: Spark's plain scan beats a local relation of that many rows
+    check_rows(catalog, name, base, logs)
     target, log_target = base_arrow_schema(schema), log_arrow_schema(schema)
     budget = [LOCAL_SNAPSHOT_MEMORY]
     state, log = _read(base_files, target, budget), _read(log_files, log_target, budget)
@@ -124,13 +130,14 @@ def _read(files: list[str], target: pa.Schema, budget: list[int]) -> pa.Table | 
     bytes of Arrow (what is left of it stays in `budget`)."""
     parts = []
     for f in files:
-        parquet = pq.ParquetFile(f)
-        for g in range(parquet.num_row_groups):
-            part = parquet.read_row_group(g, columns=target.names)
-            budget[0] -= part.nbytes
-            if budget[0] < 0:
-                return None
-            parts.append(part.select(target.names).cast(target))
+        with reading(f):
+            parquet = parquet_file(f, file_index(f).metadata)
+            for g in range(parquet.num_row_groups):
+                part = parquet.read_row_group(g, columns=target.names)
+                budget[0] -= part.nbytes
+                if budget[0] < 0:
+                    return None
+                parts.append(part.select(target.names).cast(target))
     return pa.concat_tables(parts) if parts else target.empty_table()
 
 
@@ -163,10 +170,10 @@ def vnode_rows(catalog: Catalog, name: str, schema: Schema, epoch: int) -> list[
     counts = np.zeros(VNODES, dtype=np.int64)
     base = catalog.base_at(name, epoch)
     for f in base.files if base else []:
-        v = pq.read_table(f, columns=["_vnode"])["_vnode"].to_numpy()
+        v = read_table(f, columns=["_vnode"])["_vnode"].to_numpy()
         counts += np.bincount(v.astype(np.int64), minlength=VNODES)
     for _, f in catalog.log_files(name, base.epoch if base else 0, epoch):
-        t = pq.read_table(f, columns=["_op", "_vnode"])
+        t = read_table(f, columns=["_op", "_vnode"])
         v = t["_vnode"].to_numpy().astype(np.int64)
         op = t["_op"]
         counts += np.bincount(v[pc.equal(op, int(Op.INSERT)).to_numpy(zero_copy_only=False)], minlength=VNODES)

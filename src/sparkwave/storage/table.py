@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema
+from sparkwave.storage.integrity import write_table
 
 # Commits of the Delta log older than this, and covered by a checkpoint, are cleaned up
 # (`checkpoint`); reads never go through the Delta log (the catalog maps epochs to files).
@@ -121,11 +122,11 @@ class StoredTable:
         target = log_arrow_schema(self.schema)
         rows = chunk.select(target.names).cast(target)
         if transient:
-            pq.write_table(rows, path, row_group_size=64 * 1024, use_dictionary=False, compression="none")
+            write_table(rows, path, row_group_size=64 * 1024, use_dictionary=False, compression="none")
         else:
             repeating = [f.name for f in target if f.name in ("_epoch", "_op", "_vnode")
                          or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-            pq.write_table(rows, path, row_group_size=64 * 1024, use_dictionary=repeating)
+            write_table(rows, path, row_group_size=64 * 1024, use_dictionary=repeating)
         return path
 
     def stage_log_frame(self, epoch: int, rows: DataFrame) -> StagedLog:

@@ -357,10 +357,8 @@ def _matchable(rows: DataFrame, keys: list[str]) -> DataFrame:
 
 
 def _any_null(keys: list[str]) -> SparkColumn:
-    cond = q(keys[0]).isNull()
-    for k in keys[1:]:
-        cond = cond | q(k).isNull()
-    return cond
+    """One flat call over the keys, not an OR each: Spark's tree walks recurse on an expression's depth."""
+    return F.array_contains(F.array(*[q(k).isNull() for k in keys]), True)
 
 
 def _has_null_key(t: pa.Table, keys: list[str]) -> pa.ChunkedArray:

@@ -1,0 +1,53 @@
+"""`SET statement_timeout = <ms>`: the Spark jobs a statement starts from the caller's thread carry a
+job tag of their own, and a watcher thread cancels the jobs of that tag once the statement has run
+longer than the timeout (and every job it starts after that, until it returns). Only the
+statement's jobs: the barrier loop, creating jobs and sinks run in threads of their own, untagged."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from sparkwave.core.errors import QueryCanceledError
+
+CANCEL_EVERY_S = 0.1  # past the deadline, how soon a job the statement starts next is cancelled too
+
+
+@contextmanager
+def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
+    """Run the body's Spark jobs under `timeout_ms` (0: none); past it, an error raised in the body
+    (the cancelled job's, or sparkwave's wrapping of it) becomes PostgreSQL's
+    "canceling statement due to statement timeout"."""
+    if timeout_ms <= 0:
+        yield
+        return
+    sc = spark.sparkContext
+    tag = f"sparkwave-statement-{uuid.uuid4().hex}"
+    done, expired = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        if done.wait(timeout_ms / 1000):
+            return
+        expired.set()
+        sc.cancelJobsWithTag(tag)
+        while not done.wait(CANCEL_EVERY_S):
+            sc.cancelJobsWithTag(tag)
+
+    sc.addJobTag(tag)
+    watcher = threading.Thread(target=watch, name="sparkwave-statement-timeout", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except Exception:
+        if expired.is_set():
+            raise QueryCanceledError(f"canceling statement due to statement timeout ({timeout_ms} ms; "
+                                     "SET statement_timeout = 0 for none)") from None
+        raise
+    finally:
+        done.set()
+        watcher.join()
+        sc.removeJobTag(tag)
