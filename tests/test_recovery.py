@@ -10,6 +10,7 @@ import pytest
 
 import sparkwave
 from sparkwave.core.errors import PipelineError
+from sparkwave.frontend import ddl
 from sparkwave.stream.dataflow import Dataflow
 
 
@@ -78,6 +79,7 @@ def test_drop_abandons_an_epoch_that_does_not_finish(session, spark, monkeypatch
         return step(self, *args, **kwargs)
 
     monkeypatch.setattr(Dataflow, "step", endless)
+    monkeypatch.setattr(ddl, "ABANDON_AFTER_SECONDS", 0.5)
     s.sql("INSERT INTO t VALUES (1, 10)")
     s.loop.request_barrier()
     assert started.wait(300), "the epoch did not reach the stuck MV"

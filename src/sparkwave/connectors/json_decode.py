@@ -64,6 +64,9 @@ def parse(payload: bytes | str) -> Any:
             payload = payload.decode("utf-8")
         except UnicodeDecodeError as e:
             raise NotJson(f"not valid UTF-8: byte 0x{e.object[e.start]:02x} at position {e.start}") from None
+    deep = payload.count("[") + payload.count("{") > MAX_JSON_DEPTH
+    if deep and _nesting(payload) > MAX_JSON_DEPTH:  # before the decoder recurses that deep
+        raise BadRecord(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         try:
             obj = _JSON.decode(payload)
@@ -78,9 +81,23 @@ def parse(payload: bytes | str) -> Any:
     except decimal.InvalidOperation:  # an exponent beyond the decimal module's (about 10^18)
         raise NotJson("not valid JSON: a number's exponent is out of any column's range") from None
     surrogates = "\\u" in payload and _SURROGATE_ESCAPE.search(payload) is not None
-    if surrogates or payload.count("[") + payload.count("{") > MAX_JSON_DEPTH:
+    if surrogates:
         _check_tree(obj, surrogates)
     return obj
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _nesting(payload: str) -> int:
+    """How deep `payload`'s arrays and objects nest, read from its brackets outside strings (regular
+    expressions, not the recursive decoder: a hostile message must not recurse as deep as it nests)."""
+    depth = deepest = 0
+    for c in _NOT_BRACKET.sub("", _STRING.sub("", payload)):
+        depth += 1 if c in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _check_tree(obj: Any, surrogates: bool) -> None:

@@ -30,6 +30,10 @@ REQUIRED_CONF = {
     # default; Spark passes session settings to it, the vectorized reader too): `storage/integrity.py`.
     "parquet.page.write-checksum.enabled": "true",
     "parquet.page.verify-checksum.enabled": "true",
+    # What a statement's text must not reach: `${env:X}` / `${system:X}` substituted into SQL (the
+    # owner's environment and properties), and `format.`path`` reading any file of the host.
+    "spark.sql.variable.substitute": "false",
+    "spark.sql.runSQLOnFiles": "false",
 }
 
 

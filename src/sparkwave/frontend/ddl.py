@@ -35,7 +35,7 @@ ABANDON_AFTER_SECONDS = 5.0  # a DROP waits this long for the running epoch, the
 
 
 class Ddl:
-    def __init__(self, rt: Runtime, locks: Locks, creating: CreatingJobs, loop: BarrierLoop | None = None) -> None:
+    def __init__(self, rt: Runtime, locks: Locks, creating: CreatingJobs, loop: BarrierLoop) -> None:
         self.rt = rt
         self.loop = loop
         self.catalog = rt.catalog
@@ -268,21 +268,21 @@ class Ddl:
         """`locks.epoch`, for a DROP: an epoch that holds it past `ABANDON_AFTER_SECONDS` (a huge
         replay, a source that hangs: perhaps the very relation being dropped) is abandoned rather
         than waited for; its plan is replayed after the DROP."""
-        epoch, loop = self.locks.epoch, self.loop
-        abandoned = loop is not None and not epoch.acquire(timeout=ABANDON_AFTER_SECONDS)
+        epoch = self.locks.epoch
+        abandoned = not epoch.acquire(timeout=ABANDON_AFTER_SECONDS)
         if abandoned:
-            assert loop is not None
             log.warning("DROP: the running epoch has held the pipeline for %.0f s; abandoning it",
                         ABANDON_AFTER_SECONDS)
-            loop.abandon()
-        if abandoned or loop is None:
+            try:
+                self.loop.abandon()
+            except Exception:  # Spark would not take the cancel: the DROP waits for the epoch, as before
+                log.exception("could not cancel the running epoch's Spark jobs")
             epoch.acquire()
         try:
             yield
         finally:
             if abandoned:
-                assert loop is not None
-                loop.resume()  # before the release: the next epoch starts with the DROP done
+                self.loop.resume()  # before the release: the next epoch starts with the DROP done
             epoch.release()
 
     def dependents(self, name: str) -> list[tuple[str, str]]:

@@ -156,6 +156,11 @@ FUNCTIONS: dict[type[exp.Expr] | str, Function] = {
 _HINTS = {"array_agg": "arrays are not a column type in sparkwave (left out on purpose); "
                        "string_agg(x::varchar, ',' ORDER BY ...) keeps the values as text"}
 _FROM_ITEM = (exp.Table, exp.Lateral, exp.From, exp.Join)
+# Names Spark's analyzer reads, when no column has them, as a value of the session or the host
+# (its LiteralFunctionResolution, and the grouping id): a bare column of that name is refused, so
+# no statement reaches them by naming a column that is not there.
+_SPARK_NAMES = frozenset({"user", "current_user", "session_user", "current_date", "current_time",
+                          "current_timestamp", "grouping__id"})
 
 
 def function_of(node: exp.Func) -> Function | None:
@@ -172,6 +177,13 @@ def check(ast: exp.Expr, text: str, error: Callable[[str, str | None], SqlError]
             raise error(too_deep(), None)
         if isinstance(node, exp.Func):
             _check_call(node, text, error)
+        elif isinstance(node, exp.Parameter | exp.Placeholder | exp.SessionParameter):
+            raise error(f"parameters are not supported: {node.sql(dialect='postgres')}", None)
+        elif isinstance(node, exp.Table) and (node.args.get("db") or node.args.get("catalog")):
+            raise error(f"schema-qualified table names are not supported: {node.sql(dialect='postgres')}", None)
+        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in _SPARK_NAMES:
+            raise error(f"column {node.name} must be qualified (t.{node.name}): Spark reads the bare name "
+                        f"{node.name} as a value of the session, not a column", node.name)
         elif isinstance(node, exp.Any | exp.All) and not isinstance(node.parent, exp.Predicate):
             raise error(f"function {node.key} is not supported: ANY and ALL compare (x = ANY (subquery))",
                         node.key)

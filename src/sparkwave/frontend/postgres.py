@@ -47,6 +47,7 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 
 from sparkwave.core.errors import SqlError
+from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.schema import SqlType, to_spark_type
 from sparkwave.core.spark import empty_frame
 from sparkwave.frontend.pg_functions import NODES, translate
@@ -83,7 +84,7 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
                 e = new
             else:
                 node.replace(new)
-    return e.sql(dialect="spark")
+    return size_guarded(e).sql(dialect="spark")
 
 
 def spark_ddl(columns: list[tuple[str, str]]) -> str:
@@ -114,6 +115,44 @@ class _Types:
             return None  # the whole expression's analysis reports it, naming the query
 
 
+# The functions whose result can be far larger than their arguments, each with a bound on its
+# result's bytes over its arguments `x.a`, `x.b`, `x.c` (evaluated once each: bound in a struct).
+_GROWS: dict[type[exp.Expr], tuple[str, tuple[str, ...], str]] = {
+    exp.Repeat: ("repeat", ("this", "times"), "octet_length(x.a) * CAST(greatest(x.b, 0) AS BIGINT)"),
+    exp.Pad: ("lpad", ("this", "expression", "fill_pattern"), "CAST(x.b AS BIGINT) * 4"),  # <= 4 bytes a character
+    exp.Replace: ("replace", ("this", "expression", "replacement"),
+                  "octet_length(x.a) + octet_length(x.a) DIV greatest(octet_length(x.b), 1) "
+                  "* CAST(octet_length(x.c) AS BIGINT)"),
+}
+
+
+def size_guarded(e: exp.Expr) -> exp.Expr:
+    """`e` with every call that can grow a value past `MAX_VALUE_BYTES` (`repeat('x', 2000000000)`)
+    made to fail its row with `raise_error` before it allocates the value: one row must not take
+    the JVM's memory (an MV's would, again, at every recovery). Its arguments are bound once in a
+    lambda rather than written twice, which would double the SQL at every level of nesting."""
+    for node in reversed(list(e.find_all(*_GROWS, bfs=False))):
+        name, keys, bound = _GROWS[type(node)]
+        if isinstance(node, exp.Pad) and not node.args.get("is_left"):
+            name = "rpad"
+        args = [a for a in (node.args.get(k) for k in keys) if a is not None]
+        fields = ", ".join(f"'{k}', __{k}" for k in "abc"[:len(args)])
+        call = f"{name}({', '.join(f'x.{k}' for k in 'abc'[:len(args)])})"
+        new = sqlglot.parse_one(
+            f"element_at(transform(array(named_struct({fields})), x -> CASE WHEN {bound} > {MAX_VALUE_BYTES} "
+            f"THEN raise_error('{name}() would make a value of more than {MAX_VALUE_BYTES} bytes, the limit of one "
+            f"value') ELSE {call} END), 1)", read="spark")
+        for k, arg in zip("abc", args, strict=False):
+            next(c for c in new.find_all(exp.Column) if c.name == f"__{k}").replace(arg.copy())
+        if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+            new = exp.alias_(new, node.sql(dialect="spark"), quoted=True)  # the column's name, as Spark gave it
+        if node is e:
+            e = new
+        else:
+            node.replace(new)
+    return e
+
+
 def untyped_to_spark(e: exp.Expr) -> str:
     """`e` in Spark SQL where the types of its columns are not at hand (an ad-hoc query over
     several relations): `to_char` is read as PostgreSQL's, its argument's kind told by the pattern
@@ -128,7 +167,7 @@ def untyped_to_spark(e: exp.Expr) -> str:
                 e = new
             else:
                 node.replace(new)
-    return e.sql(dialect="spark")
+    return size_guarded(e).sql(dialect="spark")
 
 
 def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:

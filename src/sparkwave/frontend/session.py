@@ -109,6 +109,19 @@ class Session:
             if rel.kind == "source":  # an epoch's staged rows, left by a crash after its commit
                 self.warehouse.remove_tree(self.rt.stored(rel).log_path)
                 self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)
+        self._refuse_stored_queries()
+
+    def _refuse_stored_queries(self) -> None:
+        """An MV an earlier release created with a query this one refuses (a function outside the
+        set: `reflect(...)`, say) is taken out of the pipeline before it runs again: its stored plan
+        is never parsed again, and a replay would run it first thing."""
+        for rel in self.catalog.relations():
+            if rel.kind == "mv" and rel.state == "created" and (text := rel.definition.get("sql")):
+                try:
+                    parse(text)
+                except SqlError as e:
+                    self.loop.take_out(rel.name, f"its query is refused by this version of sparkwave: {e}; DROP it",
+                                       "whose query is refused by this version of sparkwave")
 
     def close(self) -> None:
         """Stop maintenance, the creating jobs and the barrier loop, close the catalog, stop the

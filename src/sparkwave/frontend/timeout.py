@@ -19,9 +19,9 @@ CANCEL_EVERY_S = 0.1  # past the deadline, how soon a job the statement starts n
 
 @contextmanager
 def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
-    """Run the body's Spark jobs under `timeout_ms` (0: none); past it, an error raised in the body
-    (the cancelled job's, or sparkwave's wrapping of it) becomes PostgreSQL's
-    "canceling statement due to statement timeout"."""
+    """Run the body's Spark jobs under `timeout_ms` (0: none); past it, the cancelled job's error
+    (or sparkwave's wrapping of it) becomes PostgreSQL's "canceling statement due to statement
+    timeout"; any other error (a value that does not fit, say) is raised as it is."""
     if timeout_ms <= 0:
         yield
         return
@@ -42,8 +42,8 @@ def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
     watcher.start()
     try:
         yield
-    except Exception:
-        if expired.is_set():
+    except Exception as e:
+        if expired.is_set() and _cancelled(e):
             raise QueryCanceledError(f"canceling statement due to statement timeout ({timeout_ms} ms; "
                                      "SET statement_timeout = 0 for none)") from None
         raise
@@ -51,3 +51,12 @@ def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
         done.set()
         watcher.join()
         sc.removeJobTag(tag)
+
+
+def _cancelled(err: BaseException | None) -> bool:
+    """Whether `err`, or an error it was raised from, is Spark's for a cancelled job."""
+    while err is not None:
+        if "cancel" in str(err).lower():
+            return True
+        err = err.__cause__ or err.__context__
+    return False

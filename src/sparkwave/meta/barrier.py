@@ -60,7 +60,6 @@ MAX_ATTEMPTS = 3  # flush() reports a failure once an epoch has failed this many
 # no message must not pour a whole epoch's payloads into the catalog's commit.
 MAX_BAD_RECORDS_KEPT = 1000
 EXECUTE_THREADS = 4  # relations of one epoch executed at once (those whose upstreams are done)
-EPOCH_GROUP = "sparkwave-epoch"  # the Spark job group of every epoch's jobs, which `abandon` cancels
 
 
 class EpochAbandoned(PipelineError):
@@ -86,7 +85,8 @@ def _deterministic(err: BaseException | None) -> bool:
         return not isinstance(err, (pa.ArrowMemoryError, pa.ArrowIOError))
     if isinstance(err, CapturedException):
         text = str(err)
-        return not any(m in text for m in ("OutOfMemory", "SparkContext", "shut down", "Connection"))
+        return not any(m in text for m in ("OutOfMemory", "SparkContext", "shut down", "Connection", "CANCELLED",
+                                           "cancelled"))
     return isinstance(err, (SparkwaveError, ArithmeticError, ValueError, TypeError, KeyError, IndexError))
 
 
@@ -183,6 +183,8 @@ class BarrierLoop:
         self.sinks: Sinks | None = None  # set by the session: committed epochs go to the sinks' log stores
         self._threads: ThreadPoolExecutor | None = None  # an epoch's relations and commits run on these
         self._abandon = threading.Event()  # set by `abandon` until `resume`: no epoch runs meanwhile
+        self._attempts = 0
+        self._group = "sparkwave-epoch-0"  # the Spark job group of the running attempt's jobs
 
     # --- thread --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -234,7 +236,8 @@ class BarrierLoop:
         never finish (the relation it drops may be why). The plan stays persisted and is replayed
         at once, without what was dropped."""
         self._abandon.set()
-        self.rt.spark.sparkContext.cancelJobGroup(EPOCH_GROUP)
+        # its future jobs too: a relation busy on the driver now starts its next job cancelled
+        self.rt.spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(self._group)
 
     def resume(self) -> None:
         """Epochs may run again: the DROP that abandoned one is done."""
@@ -245,10 +248,9 @@ class BarrierLoop:
     def _in_epoch_group(self) -> None:
         sc = self.rt.spark.sparkContext
         sc.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
-        sc.setJobGroup(EPOCH_GROUP, "sparkwave epoch", interruptOnCancel=True)
+        sc.setJobGroup(self._group, "sparkwave epoch", interruptOnCancel=True)
 
     def _run(self) -> None:
-        self._in_epoch_group()
         # A plan a crash left uncommitted is replayed here at once, not in `connect()`: however big
         # it is, opening the warehouse does not wait for it. After a replay, the epoch a flush()
         # waits for is still to come.
@@ -274,13 +276,12 @@ class BarrierLoop:
                 again = report is not None and report.replayed
                 self.failures, self.error = 0, None
                 self._failing.clear()
+            except EpochAbandoned:
+                log.warning("epoch abandoned for a DROP; its plan is replayed without the dropped relation")
+                with self._wake:
+                    self._wake.wait_for(lambda: self._stop or not self._abandon.is_set())
+                again = True
             except Exception as e:  # the loop survives; an epoch that keeps failing is reported to waiters
-                if self._abandon.is_set():
-                    log.warning("epoch abandoned for a DROP; its plan is replayed without the dropped relation")
-                    with self._wake:
-                        self._wake.wait_for(lambda: self._stop or not self._abandon.is_set())
-                    again = True
-                    continue
                 log.exception("epoch failed (attempt %d)", self.failures + 1)
                 again = self._failed(e)
 
@@ -307,24 +308,28 @@ class BarrierLoop:
     def _isolate(self, e: RelationFailed) -> None:
         """Take the failing MV and every relation downstream of it out of the main graph, so that
         the others go on committing (RisingWave stops the world; a user here drops or replaces
-        one MV). Each keeps its rows as of its last committed epoch and says why it stopped; reads
-        refuse it until it is dropped. A creating job over one of them is cancelled: its upstream's
-        log ends."""
+        one MV)."""
+        stopped = self.take_out(e.relation, f"failed {MAX_ATTEMPTS} times at epoch {e.epoch}: {e.cause}",
+                                f"which failed at epoch {e.epoch}: {e.cause}")
+        log.error("materialized view %r failed %d times at epoch %d and is taken out of the pipeline (with %s): %s; "
+                  "DROP it, then create it again", e.relation, MAX_ATTEMPTS, e.epoch,
+                  ", ".join(sorted(stopped - {e.relation})) or "nothing downstream", e.cause)
+
+    def take_out(self, name: str, reason: str, upstream_reason: str) -> set[str]:
+        """Take MV `name` and every relation downstream of it out of the main graph; returns their
+        names. Each keeps its rows as of its last committed epoch and says why it stopped (`reason`;
+        downstream: its upstream `name`, `upstream_reason`); reads refuse it until it is dropped. A
+        creating job over one of them is cancelled: its upstream's log ends."""
         rels = self.rt.catalog.relations(creating=True)
-        stopped, grew = {e.relation}, True
+        stopped, grew = {name}, True
         while grew:
             more = {r.name for r in rels if r.name not in stopped and stopped & set(r.upstreams)}
             stopped |= more
             grew = bool(more)
-        reason = {e.relation: f"failed {MAX_ATTEMPTS} times at epoch {e.epoch}: {e.cause}"}
         created = [r.name for r in rels if r.name in stopped and r.state == "created"]
         with self.locks.epoch:
             self.rt.catalog.fail_relations(
-                {n: reason.get(n, f"stopped with its upstream {e.relation!r}, which failed at epoch {e.epoch}: "
-                                  f"{e.cause}") for n in created})
-        log.error("materialized view %r failed %d times at epoch %d and is taken out of the pipeline (with %s): %s; "
-                  "DROP it, then create it again", e.relation, MAX_ATTEMPTS, e.epoch,
-                  ", ".join(sorted(stopped - {e.relation})) or "nothing downstream", e.cause)
+                {n: reason if n == name else f"stopped with its upstream {name!r}, {upstream_reason}" for n in created})
         for r in rels:
             if r.name in stopped and r.state == "creating" and self.jobs is not None \
                     and (job := self.rt.catalog.job_of(r.name)) is not None:
@@ -332,6 +337,7 @@ class BarrierLoop:
                     self.jobs.cancel(job.id, wait=False)
                 except CatalogError:  # it finished or went meanwhile
                     pass
+        return stopped
 
     def flush(self) -> int:
         """Return once an epoch that read its input after this call began has committed (so it holds
@@ -358,6 +364,9 @@ class BarrierLoop:
         attempt) is replayed first, with the same plan. None: held back by a creating job."""
         with self.locks.epoch:
             t0 = time.time()
+            self._attempts += 1
+            self._group = f"sparkwave-epoch-{self._attempts}"
+            self._in_epoch_group()
             pending = self.rt.catalog.uncommitted_plan()
             if pending is not None:
                 report = self._execute_and_commit(_Epoch(*pending), t0)
@@ -481,6 +490,8 @@ class BarrierLoop:
                 if not done:
                     crash_point("mid_execute")
                 done.add(name)
+        if failed is not None and self._abandon.is_set():  # read under `epoch`: no DROP has resumed yet
+            raise EpochAbandoned(f"epoch {e.epoch} was abandoned for a DROP") from failed
         if failed is not None:
             raise failed
         return step_ms

@@ -23,7 +23,7 @@ from sparkwave.storage.warehouse import Warehouse
 
 log = logging.getLogger(__name__)
 
-_DML_BATCH = re.compile(r"dml-(\d+)(?:-\d{6})?")
+_DML_BATCH = re.compile(r"dml-(\d+)(?:-\d{6,})?")
 
 
 def sweep(warehouse: Warehouse, catalog: Catalog) -> list[Path]:
