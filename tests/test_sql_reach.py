@@ -76,6 +76,21 @@ def test_a_value_that_would_grow_past_the_limit_fails_its_statement_not_the_owne
     s.flush()
     assert rows_of(s.table("t")) == [(1, "a")]
     assert rows_of(s.sql("SELECT repeat(v, 3) AS r, lpad(v, 3, 'x') AS p FROM t")) == [("aaa", "xxa")]
+    s.sql("INSERT INTO t VALUES (2, rpad(lpad('b', 2, 'x'), 4, 'y') || repeat('z', 2))")  # VALUES: an inline table
+    s.flush()
+    assert sorted(rows_of(s.table("t"))) == [(1, "a"), (2, "xbyyzz")]
+
+
+def test_growing_calls_nest_only_a_few_deep():
+    """Their guard writes their arguments twice: nested without bound, the SQL would double a level."""
+    from sparkwave.frontend.postgres import MAX_GROWING_NESTED, untyped_to_spark
+
+    deep = "v"
+    for _ in range(MAX_GROWING_NESTED):
+        deep = f"repeat({deep}, 2)"
+    untyped_to_spark(parse(f"SELECT {deep} FROM t")[0].ast)
+    with pytest.raises(SqlError, match=f"nest at most {MAX_GROWING_NESTED} deep"):
+        untyped_to_spark(parse(f"SELECT lpad({deep}, 3) FROM t")[0].ast)
 
 
 def test_an_mv_stored_with_a_query_this_version_refuses_is_taken_out_at_open(spark, tmp_path):

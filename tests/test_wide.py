@@ -114,8 +114,11 @@ def test_a_value_over_the_limit_is_refused_at_insert_and_update_and_one_under_it
     with pytest.raises(DataError, match=f"UPDATE t: a value of 17,825,792 bytes for column 'v' .*{limit}"):
         session.sql(f"UPDATE t SET v = '{big}' WHERE k = 1")
     with pytest.raises(DataError, match=f"UPDATE t: a value of 17,825,793 bytes for column 'v' .*{limit}"):
-        session.sql("UPDATE t SET v = repeat('x', 17 * 1024 * 1024) || v WHERE k = 1")  # computed by Spark
-    with pytest.raises(DataError, match=f"INSERT INTO t: a value of 17,825,792 bytes .*{limit}"):
+        session.sql(f"UPDATE t SET v = '{'x' * (8 * MiB)}' || '{'x' * (9 * MiB)}' || v WHERE k = 1")  # by Spark
+    grown = r"repeat\(\) would make a value of more than 16777216 bytes, the limit of one value"
+    with pytest.raises(DataError, match=f"UPDATE .*: {grown}"):  # stopped before Spark builds it
+        session.sql("UPDATE t SET v = repeat('x', 17 * 1024 * 1024) || v WHERE k = 1")
+    with pytest.raises(DataError, match=f"INSERT .*: {grown}"):
         session.sql("INSERT INTO t VALUES (3, repeat('y', 17 * 1024 * 1024), NULL)")
     with pytest.raises(DataError, match=f"insert into t: a value of 17,825,792 bytes for column 'b' .*{limit}"):
         session.insert("t", pa.table({"k": [4], "b": [b"\0" * (17 * MiB)]}))

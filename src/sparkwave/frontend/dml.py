@@ -227,8 +227,8 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
     names = ", ".join(f"`{c}`" for c in columns)
     try:
         df = rt.spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS v({names})")
-    except Exception as e:
-        raise DataError(f"INSERT INTO {rel.name}: {str(e).splitlines()[0][:300]}") from None
+    except Exception as e:  # Spark evaluates VALUES as it analyses them
+        raise DataError(f"INSERT INTO {rel.name}: {value_size.grown(e) or str(e).splitlines()[0][:300]}") from None
     return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), Op.INSERT)
 
 

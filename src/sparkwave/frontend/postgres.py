@@ -116,36 +116,43 @@ class _Types:
 
 
 # The functions whose result can be far larger than their arguments, each with a bound on its
-# result's bytes over its arguments `x.a`, `x.b`, `x.c` (evaluated once each: bound in a struct).
+# result's bytes over its arguments `__a`, `__b`, `__c`.
 _GROWS: dict[type[exp.Expr], tuple[str, tuple[str, ...], str]] = {
-    exp.Repeat: ("repeat", ("this", "times"), "octet_length(x.a) * CAST(greatest(x.b, 0) AS BIGINT)"),
-    exp.Pad: ("lpad", ("this", "expression", "fill_pattern"), "CAST(x.b AS BIGINT) * 4"),  # <= 4 bytes a character
+    exp.Repeat: ("repeat", ("this", "times"), "octet_length(__a) * CAST(greatest(__b, 0) AS BIGINT)"),
+    exp.Pad: ("lpad", ("this", "expression", "fill_pattern"), "CAST(__b AS BIGINT) * 4"),  # <= 4 bytes a character
     exp.Replace: ("replace", ("this", "expression", "replacement"),
-                  "octet_length(x.a) + octet_length(x.a) DIV greatest(octet_length(x.b), 1) "
-                  "* CAST(octet_length(x.c) AS BIGINT)"),
+                  "octet_length(__a) + octet_length(__a) DIV greatest(octet_length(__b), 1) "
+                  "* CAST(octet_length(__c) AS BIGINT)"),
 }
+MAX_GROWING_NESTED = 4  # such calls within each other's arguments: each level writes its arguments twice
 
 
 def size_guarded(e: exp.Expr) -> exp.Expr:
     """`e` with every call that can grow a value past `MAX_VALUE_BYTES` (`repeat('x', 2000000000)`)
     made to fail its row with `raise_error` before it allocates the value: one row must not take
-    the JVM's memory (an MV's would, again, at every recovery). Its arguments are bound once in a
-    lambda rather than written twice, which would double the SQL at every level of nesting."""
+    the JVM's memory (an MV's would, again, at every recovery). The guard writes the call's
+    arguments twice (Spark evaluates a repeated subexpression once; a lambda binding them would not
+    run in an inline table, `VALUES`), so such calls may nest only `MAX_GROWING_NESTED` deep."""
     for node in reversed(list(e.find_all(*_GROWS, bfs=False))):
         name, keys, bound = _GROWS[type(node)]
         if isinstance(node, exp.Pad) and not node.args.get("is_left"):
             name = "rpad"
         args = [a for a in (node.args.get(k) for k in keys) if a is not None]
-        fields = ", ".join(f"'{k}', __{k}" for k in "abc"[:len(args)])
-        call = f"{name}({', '.join(f'x.{k}' for k in 'abc'[:len(args)])})"
+        depth = 1 + max((c.meta.get("grows", 0) for a in args for c in a.walk() if isinstance(c, exp.Case)), default=0)
+        if depth > MAX_GROWING_NESTED:
+            raise SqlError(f"repeat(), lpad(), rpad() and replace() may nest at most {MAX_GROWING_NESTED} deep within "
+                           f"each other's arguments (here: {name}())")
+        placeholders = [f"__{k}" for k in "abc"[:len(args)]]
         new = sqlglot.parse_one(
-            f"element_at(transform(array(named_struct({fields})), x -> CASE WHEN {bound} > {MAX_VALUE_BYTES} "
-            f"THEN raise_error('{name}() would make a value of more than {MAX_VALUE_BYTES} bytes, the limit of one "
-            f"value') ELSE {call} END), 1)", read="spark")
-        for k, arg in zip("abc", args, strict=False):
-            next(c for c in new.find_all(exp.Column) if c.name == f"__{k}").replace(arg.copy())
+            f"CASE WHEN {bound} > {MAX_VALUE_BYTES} THEN raise_error('{name}() would make a value of more than "
+            f"{MAX_VALUE_BYTES} bytes, the limit of one value') ELSE {name}({', '.join(placeholders)}) END",
+            read="spark")
+        for k, arg in zip(placeholders, args, strict=False):
+            for c in [c for c in new.find_all(exp.Column) if c.name == k]:
+                c.replace(arg.copy())
+        new.meta["grows"] = depth
         if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
-            new = exp.alias_(new, node.sql(dialect="spark"), quoted=True)  # the column's name, as Spark gave it
+            new = exp.alias_(new, name)  # the column's name, as PostgreSQL gives it
         if node is e:
             e = new
         else:

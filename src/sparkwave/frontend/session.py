@@ -26,6 +26,7 @@ from sparkwave.frontend.postgres import untyped_to_spark
 from sparkwave.frontend.sink_ddl import SinkDdl
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
 from sparkwave.frontend.timeout import statement_deadline
+from sparkwave.frontend.value_size import grown_as_data_error
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
 from sparkwave.meta.jobs import CreatingJobs
 from sparkwave.meta.locks import Locks
@@ -373,10 +374,12 @@ class Session:
                 self.spark.catalog.dropTempView(view)
 
     def _do_insert(self, stmt: Statement) -> None:
-        dml.insert_values(self.rt, stmt)
+        with grown_as_data_error(f"INSERT (at {stmt.where()})"):
+            dml.insert_values(self.rt, stmt)
 
     def _do_update(self, stmt: Statement) -> None:
-        dml.update(self.rt, stmt, self.committed_epoch)
+        with grown_as_data_error(f"UPDATE (at {stmt.where()})"):
+            dml.update(self.rt, stmt, self.committed_epoch)
 
     def _do_delete(self, stmt: Statement) -> None:
         dml.delete(self.rt, stmt, self.committed_epoch)

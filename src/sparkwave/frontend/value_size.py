@@ -5,8 +5,13 @@ the owner's memory on its way into a table."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import PySparkException
 from sqlglot import exp
 
 from sparkwave.core.errors import DataError
@@ -15,6 +20,26 @@ from sparkwave.core.schema import Column
 from sparkwave.frontend.postgres import bytea_from_text
 
 SIZED = ("varchar", "bytea")  # the column types whose values' size a statement decides
+# the row error of a call `postgres.size_guarded` stopped before it grew a value past the limit
+_GROWN = re.compile(r"\w+\(\) would make a value of more than \d+ bytes, the limit of one value")
+
+
+@contextmanager
+def grown_as_data_error(what: str) -> Iterator[None]:
+    """A DML statement whose expression would grow a value past the limit (`repeat(...)`) fails with
+    a DataError saying so, not Spark's raw error."""
+    try:
+        yield
+    except PySparkException as e:
+        if (reason := grown(e)) is None:
+            raise
+        raise DataError(f"{what}: {reason}") from None
+
+
+def grown(err: BaseException) -> str | None:
+    """The reason, if `err` is a row stopped before it grew a value past the limit."""
+    m = _GROWN.search(str(err))
+    return m[0] if m else None
 
 
 def too_big(what: str, table: str, column: str, size: int) -> DataError:

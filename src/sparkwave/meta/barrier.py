@@ -271,6 +271,11 @@ class BarrierLoop:
             if not held:
                 started = time.time()
             try:
+                # each attempt's jobs in a group of their own (the pool's threads join it per relation):
+                # `abandon` cancels that group's jobs, present and future
+                self._attempts += 1
+                self._group = f"sparkwave-epoch-{self._attempts}"
+                self._in_epoch_group()
                 report = self.run_epoch()
                 held = report is None
                 again = report is not None and report.replayed
@@ -364,9 +369,6 @@ class BarrierLoop:
         attempt) is replayed first, with the same plan. None: held back by a creating job."""
         with self.locks.epoch:
             t0 = time.time()
-            self._attempts += 1
-            self._group = f"sparkwave-epoch-{self._attempts}"
-            self._in_epoch_group()
             pending = self.rt.catalog.uncommitted_plan()
             if pending is not None:
                 report = self._execute_and_commit(_Epoch(*pending), t0)
