@@ -32,7 +32,7 @@ from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend import value_size
-from sparkwave.frontend.postgres import bytea_from_text, bytea_from_text_sql, to_spark
+from sparkwave.frontend.postgres import GROWING, bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Statement
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
@@ -223,12 +223,18 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
     literal = _literal_table(columns, tuples)
     if literal is not None:
         return insert_arrow(rt, rel, literal)
-    rows = ["(" + ", ".join(to_spark(i, [], rt.spark) for i in items) + ")" for items in tuples]
+    rows = [[to_spark(i, [], rt.spark) for i in items] for items in tuples]
     names = ", ".join(f"`{c}`" for c in columns)
+    # Spark evaluates an inline table (VALUES) as it analyses it, and refuses one whose values may
+    # fail: rows with a call whose size is guarded (`postgres.size_guarded`) are selected instead
+    grows = any(i.find(*GROWING) for items in tuples for i in items)
+    query = (" UNION ALL ".join("SELECT " + ", ".join(f"{v} AS `{c}`" for v, c in zip(r, columns, strict=True))
+                                for r in rows) if grows else
+             f"SELECT * FROM VALUES {', '.join('(' + ', '.join(r) + ')' for r in rows)} AS v({names})")
     try:
-        df = rt.spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS v({names})")
-    except Exception as e:  # Spark evaluates VALUES as it analyses them
-        raise DataError(f"INSERT INTO {rel.name}: {value_size.grown(e) or str(e).splitlines()[0][:300]}") from None
+        df = rt.spark.sql(query)
+    except Exception as e:
+        raise DataError(f"INSERT INTO {rel.name}: {str(e).splitlines()[0][:300]}") from None
     return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), Op.INSERT)
 
 

@@ -38,7 +38,7 @@ from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, Schema, SqlType, column_name_problem, from_spark
 from sparkwave.core.spark import empty_frame
 from sparkwave.frontend.common_subplans import share_common_subplans
-from sparkwave.frontend.postgres import spark_ddl, to_spark
+from sparkwave.frontend.postgres import GROWING, spark_ddl, to_spark
 from sparkwave.frontend.rewrite import output_name, rewrite
 from sparkwave.frontend.shape import check_shape
 from sparkwave.frontend.statements import Statement
@@ -347,6 +347,9 @@ class Planner:
         for item in (i for r in tuples for i in r):
             if item.find(exp.Column, exp.Subquery, exp.Star, exp.AggFunc, exp.Window):
                 raise self.err(f"VALUES items must be constants, not {item.sql(dialect='postgres')!r}", "VALUES")
+            if grows := item.find(*GROWING):  # Spark's inline table refuses their size guard
+                call = grows.sql(dialect="postgres").split("(")[0].lower()
+                raise self.err(f"{call}() is not supported in the VALUES of a materialized view", "VALUES")
         internal = [self.name(n) for n in names]
         ordinal = self.name("_row_id")
         rows = [[to_spark(i, [], self.spark) for i in r] + [f"{n}L"] for n, r in enumerate(tuples)]

@@ -115,48 +115,46 @@ class _Types:
             return None  # the whole expression's analysis reports it, naming the query
 
 
-# The functions whose result can be far larger than their arguments, each with a bound on its
-# result's bytes over its arguments `__a`, `__b`, `__c`.
-_GROWS: dict[type[exp.Expr], tuple[str, tuple[str, ...], str]] = {
-    exp.Repeat: ("repeat", ("this", "times"), "octet_length(__a) * CAST(greatest(__b, 0) AS BIGINT)"),
-    exp.Pad: ("lpad", ("this", "expression", "fill_pattern"), "CAST(__b AS BIGINT) * 4"),  # <= 4 bytes a character
-    exp.Replace: ("replace", ("this", "expression", "replacement"),
+# The functions whose result can be far larger than their arguments: the argument that sizes the
+# result (guarded), and a bound on the result's bytes over the arguments `__a`, `__b`, `__c`.
+_GROWS: dict[type[exp.Expr], tuple[tuple[str, ...], str, str]] = {
+    exp.Repeat: (("this", "times"), "times", "octet_length(__a) * CAST(greatest(__b, 0) AS BIGINT)"),
+    exp.Pad: (("this", "expression", "fill_pattern"), "expression", "CAST(__b AS BIGINT) * 4"),  # <= 4 bytes a char
+    exp.Replace: (("this", "expression", "replacement"), "replacement",
                   "octet_length(__a) + octet_length(__a) DIV greatest(octet_length(__b), 1) "
                   "* CAST(octet_length(__c) AS BIGINT)"),
 }
+GROWING = tuple(_GROWS)
 MAX_GROWING_NESTED = 4  # such calls within each other's arguments: each level writes its arguments twice
 
 
 def size_guarded(e: exp.Expr) -> exp.Expr:
     """`e` with every call that can grow a value past `MAX_VALUE_BYTES` (`repeat('x', 2000000000)`)
     made to fail its row with `raise_error` before it allocates the value: one row must not take
-    the JVM's memory (an MV's would, again, at every recovery). The guard writes the call's
-    arguments twice (Spark evaluates a repeated subexpression once; a lambda binding them would not
-    run in an inline table, `VALUES`), so such calls may nest only `MAX_GROWING_NESTED` deep."""
+    the JVM's memory (an MV's would, again, at every recovery). The guard is on the argument that
+    sizes the result (`repeat(s, CASE WHEN <too big> THEN raise_error(...) ELSE n END)`), so the call
+    is not constant-folded by Spark's optimizer, which would build the value on the driver while
+    planning. It writes the call's arguments twice, so such calls may nest only `MAX_GROWING_NESTED`
+    deep within each other."""
     for node in reversed(list(e.find_all(*_GROWS, bfs=False))):
-        name, keys, bound = _GROWS[type(node)]
-        if isinstance(node, exp.Pad) and not node.args.get("is_left"):
-            name = "rpad"
-        args = [a for a in (node.args.get(k) for k in keys) if a is not None]
-        depth = 1 + max((c.meta.get("grows", 0) for a in args for c in a.walk() if isinstance(c, exp.Case)), default=0)
+        keys, sizing, bound = _GROWS[type(node)]
+        name = ("lpad" if node.args.get("is_left") else "rpad") if isinstance(node, exp.Pad) else node.key
+        args = {k: a for k in keys if (a := node.args.get(k)) is not None}
+        depth = 1 + max((c.meta.get("grows", 0) for a in args.values() for c in a.walk() if isinstance(c, exp.Case)),
+                        default=0)
         if depth > MAX_GROWING_NESTED:
             raise SqlError(f"repeat(), lpad(), rpad() and replace() may nest at most {MAX_GROWING_NESTED} deep within "
                            f"each other's arguments (here: {name}())")
-        placeholders = [f"__{k}" for k in "abc"[:len(args)]]
-        new = sqlglot.parse_one(
+        guard = sqlglot.parse_one(
             f"CASE WHEN {bound} > {MAX_VALUE_BYTES} THEN raise_error('{name}() would make a value of more than "
-            f"{MAX_VALUE_BYTES} bytes, the limit of one value') ELSE {name}({', '.join(placeholders)}) END",
-            read="spark")
-        for k, arg in zip(placeholders, args, strict=False):
-            for c in [c for c in new.find_all(exp.Column) if c.name == k]:
-                c.replace(arg.copy())
-        new.meta["grows"] = depth
+            f"{MAX_VALUE_BYTES} bytes, the limit of one value') ELSE __{'abc'[keys.index(sizing)]} END", read="spark")
+        for k, arg in zip("abc", [node.args.get(k) for k in keys], strict=False):
+            for c in [c for c in guard.find_all(exp.Column) if c.name == f"__{k}"]:
+                c.replace(arg.copy() if arg is not None else exp.null())
+        guard.meta["grows"] = depth
+        node.set(sizing, guard)
         if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
-            new = exp.alias_(new, name)  # the column's name, as PostgreSQL gives it
-        if node is e:
-            e = new
-        else:
-            node.replace(new)
+            node.replace(exp.alias_(node.copy(), name))  # the column's name, as PostgreSQL gives it
     return e
 
 
