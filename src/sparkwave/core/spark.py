@@ -82,8 +82,11 @@ def create_spark(master: str | None = None) -> SparkSession:
                .config("spark.scheduler.mode", "FAIR")
                .config("spark.scheduler.allocation.file", str(Path(__file__).with_name("fairscheduler.xml"))))
     for k, v in REQUIRED_CONF.items():
-        builder = builder.config(k, v)
+        if k.startswith("spark."):  # the others are Parquet's, set on the session (spark-submit warns of them)
+            builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    for k, v in REQUIRED_CONF.items():
+        spark.conf.set(k, v)
     spark.sparkContext.setLogLevel("ERROR")
     quiet_query_context_logs()
     return spark
