@@ -88,3 +88,27 @@ def test_drop_abandons_an_epoch_that_does_not_finish(session, spark, monkeypatch
     s.flush()  # the abandoned plan, replayed without the dropped MV
     assert sorted(tuple(r) for r in s.table("fine").collect()) == [(1, 11)]
     assert sorted(tuple(r) for r in s.table("t").collect()) == [(1, 10)]
+
+
+def test_a_failed_create_leaves_no_folder_for_the_next_create_of_its_name(session, monkeypatch):
+    """A blocking CREATE that failed in its build left `tables/<name>` (its Delta tables) until the
+    next open: a CREATE TABLE of the same name in between found the MV's Delta log."""
+    s = session
+    s.sql("CREATE TABLE t (k int, v int, PRIMARY KEY (k))")
+    s.sql("INSERT INTO t VALUES (1, 1)")
+    s.flush()
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the build ran out of memory")
+
+    monkeypatch.setattr(Dataflow, "build", broken)
+    s.sql("SET backfill_strategy = 'blocking'")
+    with pytest.raises(Exception, match="ran out of memory"):
+        s.sql("CREATE MATERIALIZED VIEW m AS SELECT k, count(*) AS n FROM t GROUP BY k")
+    monkeypatch.undo()
+    assert not (s.warehouse.root / "tables" / "m").exists()
+    assert s.catalog.pending_folders() == set()
+    s.sql("CREATE TABLE m (a text, b double precision, PRIMARY KEY (a))")
+    s.sql("INSERT INTO m VALUES ('x', 1.5)")
+    s.flush()
+    assert sorted(tuple(r) for r in s.table("m").collect()) == [("x", 1.5)]

@@ -132,14 +132,30 @@ class Ddl:
             definition["startup_offsets"] = offsets  # where a source backfill starts
         with self.locks.epoch:
             rel = Relation(name, kind, schema, definition, self.catalog.committed_epoch())
-            self.catalog.folder_pending(name)  # sparkwave's from here on: recovery may delete it
-            if kind == "source":
-                self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)  # an epoch's rows, staged
-            else:
-                self.rt.stored(rel).create()
-            with self.catalog.transaction() as db:
-                self.catalog.add_relation(db, rel)
-                self.catalog.set_source_offsets(db, name, offsets)
+            with self._new_folder([name]):
+                if kind == "source":
+                    self.rt.stored(rel).log_path.mkdir(parents=True, exist_ok=True)  # an epoch's rows, staged
+                else:
+                    self.rt.stored(rel).create()
+                with self.catalog.transaction() as db:
+                    self.catalog.add_relation(db, rel)
+                    self.catalog.set_source_offsets(db, name, offsets)
+
+    @contextmanager
+    def _new_folder(self, names: list[str]) -> Iterator[None]:
+        """The folder of a relation being created (`names`: it, then its state tables), recorded as
+        sparkwave's before it is made (recovery may delete it), and removed again if the CREATE
+        fails before the catalog has the relation: a CREATE of the same name would find its Delta
+        tables otherwise."""
+        self.catalog.folder_pending(names[0])
+        try:
+            yield
+        except BaseException:
+            for n in names:
+                self.rt.forget(n)
+            self.warehouse.remove_tree(self.warehouse.relation_dir(names[0]))
+            self.catalog.folder_removed(names[0])
+            raise
 
 
     def plan_schema(self, stmt: Statement, name: str) -> Schema:
@@ -179,34 +195,34 @@ class Ddl:
             rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
             tables = [rel] + [Relation(state_name(name, sfx), "state", sch, {"owner": name, "upstreams": []},
                                        epoch, state=state) for sfx, sch in schemas.items()]
-            self.catalog.folder_pending(name)  # sparkwave's from here on: recovery may delete it
-            for t in tables:
-                self.rt.stored(t).create()
-            sources = {u: self._source_snapshot(u) for u in plan.upstreams if self.rt.relation(u).kind == "source"}
-            if sources:
+            with self._new_folder([t.name for t in tables]):
+                for t in tables:
+                    self.rt.stored(t).create()
+                sources = {u: self._source_snapshot(u) for u in plan.upstreams if self.rt.relation(u).kind == "source"}
+                if sources:
+                    with self.catalog.transaction() as db:
+                        for u, ranges in sources.items():
+                            self.catalog.record_source_snapshot(db, u, epoch, ranges)
+                if strategy == "blocking":
+                    flow = Dataflow(self.rt, rel)
+                    try:
+                        built = flow.build(epoch, driver_rows=settings.big_epoch_rows)
+                        bases = [write_base(self.rt, t, resolved(built[t.name]), epoch, crash_name="mid_backfill",
+                                            record=False) for t in tables]
+                    finally:
+                        flow.release()
                 with self.catalog.transaction() as db:
-                    for u, ranges in sources.items():
-                        self.catalog.record_source_snapshot(db, u, epoch, ranges)
-            if strategy == "blocking":
-                flow = Dataflow(self.rt, rel)
-                try:
-                    built = flow.build(epoch, driver_rows=settings.big_epoch_rows)
-                    bases = [write_base(self.rt, t, resolved(built[t.name]), epoch, crash_name="mid_backfill",
-                                        record=False) for t in tables]
-                finally:
-                    flow.release()
-            with self.catalog.transaction() as db:
-                if strategy == "blocking":
-                    self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0] if plan.upstreams else None)
-                else:
-                    job_id = self.creating.register(db, rel, plan.upstreams, Strategy(strategy))
-                    if limit is not None:
-                        self.catalog.update_job(db, job_id, rate_limit=limit)
-                for t in tables[1:]:
-                    self.catalog.add_relation(db, t)
-                if strategy == "blocking":
-                    for t, b in zip(tables, bases, strict=True):
-                        self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
+                    if strategy == "blocking":
+                        self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0] if plan.upstreams else None)
+                    else:
+                        job_id = self.creating.register(db, rel, plan.upstreams, Strategy(strategy))
+                        if limit is not None:
+                            self.catalog.update_job(db, job_id, rate_limit=limit)
+                    for t in tables[1:]:
+                        self.catalog.add_relation(db, t)
+                    if strategy == "blocking":
+                        for t, b in zip(tables, bases, strict=True):
+                            self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
         if strategy == "blocking":
             return
         self.creating.start(job_id)
