@@ -54,7 +54,7 @@ def throughput(s: sparkwave.Session) -> list[str]:
         f"- {ROWS:,}-row table, MV `{MV}` ({s.table('m_snap1').count():,} rows):",
         f"  - plain Spark copy (read the base's Parquet, filter/project, write, Delta log): {t_plain:.1f} s, "
         f"{rate(t_plain):,.0f} rows/s",
-        f"  - snapshot strategy (foreground CREATE until merged, {sum(1 for x in steps if x[1] == 'snapshot')} "
+        f"  - snapshot strategy (foreground CREATE until merged, {sum(1 for x in steps if x.phase == 'snapshot')} "
         f"chunk checkpoints): {t_snapshot:.1f} s, {rate(t_snapshot):,.0f} rows/s = "
         f"**{t_plain / t_snapshot:.2f}x** the plain copy (target >= 0.8x)",
         f"  - blocking strategy: {t_blocking:.1f} s, {rate(t_blocking):,.0f} rows/s = "
@@ -159,9 +159,9 @@ def catch_up() -> list[str]:
     s = session("catch-up-calibration")
     job = behind(s, "cal", 10, 2 * JOB_LIMIT)
     s.sql("WAIT")
-    steps = [x for x in s.catalog.job_steps(job) if x[1] == "log_store"]
-    log_rows = sum(x[3] for x in steps)
-    log_time = max(1e-3, steps[-1][2] - steps[0][2])
+    steps = [x for x in s.catalog.job_steps(job) if x.phase == "log_store"]
+    log_rows = sum(x.rows for x in steps)
+    log_time = max(1e-3, steps[-1].at - steps[0].at)
     rate = log_rows / log_time
     s.close()
 
@@ -176,8 +176,8 @@ def catch_up() -> list[str]:
         time.sleep(max(0.0, t0 + i - time.time()))  # the upstream's pace: one epoch per second
         write_epoch(per_epoch)
     s.sql("WAIT")
-    series = [(round(at - t0, 1), lag, allowed) for _, phase, at, _, _, lag, _, allowed in s.catalog.job_steps(job)
-              if phase == "log_store"]
+    series = [(round(st.at - t0, 1), st.lag_epochs, st.allowed_lag) for st in s.catalog.job_steps(job)
+              if st.phase == "log_store"]
     merged = s.catalog.job(job).merged_epoch
     held = s.catalog.job(job).held_back
     s.close()

@@ -5,7 +5,7 @@ warms Spark up, which is why each setting runs twice."""
 
 from __future__ import annotations
 
-import sparkwave.meta.barrier as barrier
+import sparkwave.meta.barrier.schedule as barrier
 from bench.bench_barrier import measure
 from bench.common import report
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 import sparkwave
 from bench.common import fresh_dir, median, report, spark, timed
-from sparkwave.storage import snapshot
+from sparkwave.core import policy
 
 ROUNDS = int(os.environ.get("SPARKWAVE_BENCH_DML_ROUNDS", 4))
 STATEMENTS = 8  # of each kind per round
@@ -34,7 +34,7 @@ def _round(s: sparkwave.Session, rows: int, r: int) -> tuple[list[float], list[f
 def main() -> str:
     lines = ["| table rows | statement | driver: median ms | Spark: median ms | driver / Spark |",
              "|---|---|---|---|---|"]
-    default = snapshot.LOCAL_SNAPSHOT_BYTES
+    default = policy.LOCAL_SNAPSHOT_BYTES
     for rows in SIZES:
         times: dict[tuple[str, bool], list[float]] = {}
         with sparkwave.connect(fresh_dir(f"dml-{rows}"), spark=spark(), barrier_interval_ms=3_600_000) as s:
@@ -43,11 +43,11 @@ def main() -> str:
             s.flush()
             for r in range(2 * ROUNDS + 1):
                 local = r % 2 == 1
-                snapshot.LOCAL_SNAPSHOT_BYTES = default if local else 0
+                policy.LOCAL_SNAPSHOT_BYTES = default if local else 0
                 try:
                     updates, deletes = _round(s, rows, r)
                 finally:
-                    snapshot.LOCAL_SNAPSHOT_BYTES = default
+                    policy.LOCAL_SNAPSHOT_BYTES = default
                 if r:  # round 0 warms both paths up
                     times.setdefault(("UPDATE", local), []).extend(updates)
                     times.setdefault(("DELETE", local), []).extend(deletes)

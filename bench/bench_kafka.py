@@ -25,9 +25,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import sparkwave
 from bench.common import fresh_dir, median, pct, report, spark, timed
-from sparkwave.cli.kafka_broker import Broker
 from sparkwave.connectors.kafka import Kafka
 from sparkwave.core.schema import Column, Schema, parse_type
+from sparkwave.devtools.kafka_broker import Broker
 
 INGEST = int(os.environ.get("SPARKWAVE_BENCH_KAFKA_INGEST", 1_000_000))
 BACKFILL = int(os.environ.get("SPARKWAVE_BENCH_KAFKA_BACKFILL", 5_000_000))

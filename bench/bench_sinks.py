@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 
 import sparkwave
 from bench.common import fresh_dir, pct, report, spark, timed
-from sparkwave.cli.postgres_server import PostgresServer
+from sparkwave.devtools.postgres_server import PostgresServer
 
 ROWS = int(os.environ.get("SPARKWAVE_BENCH_SINK_ROWS", 1_000_000))
 NAIVE_ROWS = int(os.environ.get("SPARKWAVE_BENCH_SINK_NAIVE_ROWS", 20_000))

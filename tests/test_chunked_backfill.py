@@ -11,8 +11,8 @@ import random
 
 import pyarrow.parquet as pq
 
+from sparkwave.core import policy
 from sparkwave.core.chunk import VNODES
-from sparkwave.storage import snapshot as snapshot_module
 from sparkwave.stream.chunking import chunk_plan
 from sparkwave.stream.dataflow import Dataflow
 from tests.oracle import Model, multiset, rows_of, values_sql
@@ -101,7 +101,7 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
     for name in TWINS:
         s.sql(f"CREATE MATERIALIZED VIEW {name}_one AS {MVS[name][0]}")
     with monkeypatch.context() as m:
-        m.setattr(snapshot_module, "LOCAL_SNAPSHOT_BYTES", 0)
+        m.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
         for name in SCAN_TWINS:
             s.sql(f"CREATE MATERIALIZED VIEW {name}_scan AS {MVS[name][0]}")
     for _ in range(3):  # the pipeline goes on while the jobs backfill

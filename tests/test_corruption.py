@@ -136,11 +136,11 @@ def test_a_damaged_base_file_is_an_error_naming_it(session, monkeypatch, writer)
     the driver or in Spark fails naming the file, as does the epoch whose upserts look up old rows
     in it; the MV over the table keeps its committed sum. The base is written by pyarrow (a small
     compaction on the driver) or by Spark (parquet-mr), and read by the other too."""
-    from sparkwave.storage import snapshot
+    from sparkwave.core import policy
 
     total = _table_with_sum(session)
     if writer == "spark":
-        monkeypatch.setattr(snapshot, "LOCAL_SNAPSHOT_BYTES", 0)  # compact with Spark
+        monkeypatch.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)  # compact with Spark
     session.compact("t")
     monkeypatch.undo()
     files = session.catalog.base_at("t", session.committed_epoch).files

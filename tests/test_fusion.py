@@ -18,9 +18,9 @@ from pyspark.sql.types import StructType
 
 from sparkwave.core.chunk import Op
 from sparkwave.core.local_frames import local_frame, to_arrow
-from sparkwave.meta.barrier import _raised_by_python
 from sparkwave.stream import fusion
 from sparkwave.stream.dataflow import Dataflow
+from sparkwave.stream.fused_read import raised_by_python as _raised_by_python
 from sparkwave.stream.operator import EpochIO
 
 QUERIES = {

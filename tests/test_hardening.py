@@ -273,7 +273,7 @@ def test_a_read_racing_retention_is_whole_or_fails(session, spark, monkeypatch):
     evaluated returned the rest under `ignoreMissingFiles`. A small read (on the driver) that finds
     a listed file removed because a newer base covers its epoch lists the files again; once read,
     it is whole."""
-    from sparkwave.storage import snapshot as snap
+    from sparkwave.core import policy
 
     s = session
     s.sql("SET retention_seconds = 0")
@@ -311,7 +311,7 @@ def test_a_read_racing_retention_is_whole_or_fails(session, spark, monkeypatch):
     assert s.catalog.base_at is base_at and s.catalog.base_at("t", e3).epoch == e3
 
     small = s.table("t")
-    monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
+    monkeypatch.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
     frame = s.table("t")  # read by Spark when evaluated
     s.sql("INSERT INTO t VALUES (5, 5)")
     s.flush()
@@ -388,7 +388,7 @@ def test_a_warehouse_whose_next_epoch_keeps_failing_opens_says_why_and_recovers_
 def test_a_long_run_keeps_the_catalog_history_and_the_delta_logs_bounded(spark, tmp_path, monkeypatch):
     """`epochs` and `requests` grew by a row per epoch and per request forever, and every Delta
     commit stayed a JSON file that opening the table replays."""
-    from sparkwave.core import catalog as catalog_module
+    from sparkwave.core.catalog import history as catalog_module
     from sparkwave.storage import table as table_module
 
     monkeypatch.setattr(catalog_module, "KEPT_EPOCHS", 4)

@@ -16,9 +16,10 @@ import pytest
 
 import sparkwave
 import sparkwave.connectors.kafka as kafka_connector
-from sparkwave.cli.kafka_broker import Broker, free_port
 from sparkwave.connectors.kafka_reader import read_range
+from sparkwave.core import policy
 from sparkwave.core.errors import SqlError
+from sparkwave.devtools.kafka_broker import Broker, free_port
 from tests.kafka_util import (
     EV_COLS,
     EV_DDL,
@@ -46,7 +47,7 @@ MVS = {
 def test_a_kafka_table_and_its_mvs_equal_the_oracle_at_every_epoch(session, kafka, monkeypatch, reader):
     """Either reader: the driver reads a small range itself, Spark's Python workers a large one."""
     if reader == "workers":
-        monkeypatch.setattr(kafka_connector, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(policy, "KAFKA_DRIVER_ROWS", 0)
     on_driver = []
     monkeypatch.setattr(kafka_connector, "read_range", lambda *a: on_driver.append(a) or read_range(*a))
     topic = Topic(kafka.bootstrap, 3)
@@ -311,7 +312,7 @@ def test_the_decoder_turns_any_failure_of_a_message_into_a_bad_record():
 def test_bad_records_beyond_the_kept_bound_are_counted(session, kafka, monkeypatch, big):
     """A schema that fits no message must not pour every payload into the catalog: an epoch keeps
     a bounded number per relation, and counts them all, on either path of the table's step."""
-    import sparkwave.meta.barrier as barrier
+    import sparkwave.stream.bad_records as barrier
 
     monkeypatch.setattr(barrier, "MAX_BAD_RECORDS_KEPT", 3)
     session.sql(f"SET big_epoch_rows = {0 if big else 1000000}")

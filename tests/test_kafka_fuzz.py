@@ -15,7 +15,7 @@ from decimal import Decimal
 import pytest
 
 import sparkwave
-import sparkwave.connectors.kafka as kafka_connector
+from sparkwave.core import policy
 from sparkwave.core.limits import MAX_JSON_DEPTH, MAX_VALUE_BYTES
 from tests.kafka_util import Topic, offsets_at
 from tests.oracle import connect, duckdb_sql, multiset, rows_of, sql_literal
@@ -218,7 +218,7 @@ def check(s, feed: Feed) -> None:
 def test_hostile_messages_are_bad_records_and_valid_ones_are_stored_exactly_once(spark, kafka, tmp_path, monkeypatch,
                                                                                 reader):
     if reader == "workers":
-        monkeypatch.setattr(kafka_connector, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(policy, "KAFKA_DRIVER_ROWS", 0)
     topic = Topic(kafka.bootstrap, PARTITIONS, max_bytes=4 * MAX_VALUE_BYTES)
     feed = Feed(topic, seed=43 if reader == "driver" else 4343)
     feed.produce(400, huge=True)

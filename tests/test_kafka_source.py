@@ -106,7 +106,7 @@ def test_mvs_over_sources_computed_with_the_sources_read(session, kafka, monkeyp
     and an MV whose epoch is big (over `big_epoch_rows`: the executors read the source's file)
     equal the oracle. An expression that fails on one message fails only its own MV, which is taken
     out of the pipeline (at its first failure here: `test_barrier` counts the attempts)."""
-    import sparkwave.meta.barrier as barrier
+    import sparkwave.meta.barrier.failures as barrier
 
     monkeypatch.setattr(barrier, "MAX_ATTEMPTS", 1)
     topic = Topic(kafka.bootstrap, 3)

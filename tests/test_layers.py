@@ -8,8 +8,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "sparkwave"
 
-LAYER = {"core": 0, "connectors": 1, "storage": 1, "stream": 2, "meta": 3, "frontend": 4, "cli": 5,
-         "__init__": 6, "__main__": 6}
+LAYER = {"core": 0, "connectors": 1, "storage": 1, "stream": 2, "meta": 3, "frontend": 4, "server": 5,
+         "devtools": 5, "cli": 6, "__init__": 7, "__main__": 7}
 
 
 def package(module: str) -> str:

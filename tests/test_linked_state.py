@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sparkwave
-from sparkwave.storage import links
+from sparkwave.core import policy
 from tests.oracle import Model, rows_of, to_sql
 from tests.test_dataflow_oracle import TABLES, check, stmt
 from tests.test_oracle import FAST_PHASES
@@ -140,7 +140,7 @@ def test_a_backfill_links_the_tables_files_and_compaction_replaces_them(session,
     s.flush()
     assert sorted(rows_of(s.table("m"))) == [(10, "uno"), (11, "uno"), (20, "two"), (21, "two"), (30, "three"),
                                              (40, "four")]
-    monkeypatch.setattr(links, "LINK_MAX_ROWS", 6)  # a bigger table's side is written sorted by the backfill
+    monkeypatch.setattr(policy, "LINK_MAX_ROWS", 6)  # a bigger table's side is written sorted by the backfill
     s.sql("CREATE MATERIALIZED VIEW m2 AS SELECT ev.v, d.name FROM ev JOIN d ON ev.g = d.g")
     assert not any(Path(f).name.startswith("linked-") for f in _base_files(s, _state(s, "m2", "ev")))
     assert sorted(rows_of(s.table("m2"))) == sorted(rows_of(s.table("m")))

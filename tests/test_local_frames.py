@@ -118,8 +118,8 @@ def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(sess
     from Arrow, with no Spark job: they leave the table as the same statements read and written by
     Spark leave its twin, and as DuckDB says; a value that does not fit fails both alike, with nothing
     staged."""
+    from sparkwave.core import policy
     from sparkwave.core.errors import DataError
-    from sparkwave.storage import snapshot
 
     s = session
     rows = [(k, k % 31, f"s{k % 5}", f"{k * 1.25 - 30:.2f}", f"2026-11-{1 + k % 28:02d} 10:00:00+00")
@@ -137,7 +137,7 @@ def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(sess
         s.sql(st.format(t="t"))
         assert _jobs(s.spark) == before, f"{st} ran a Spark job"
         with monkeypatch.context() as m:
-            m.setattr(snapshot, "LOCAL_SNAPSHOT_BYTES", 0)
+            m.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
             before = _jobs(s.spark)
             s.sql(st.format(t="twin"))
             assert _jobs(s.spark) != before, "the twin's statement did not go through Spark"
@@ -150,7 +150,7 @@ def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(sess
     for t in ("t", "twin"):
         with monkeypatch.context() as m:
             if t == "twin":
-                m.setattr(snapshot, "LOCAL_SNAPSHOT_BYTES", 0)
+                m.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
             with pytest.raises(DataError, match=r"value .* does not fit column 'v'"):
                 s.sql(f"UPDATE {t} SET v = v + 3000000000 WHERE k = 299")
     s.flush()
@@ -160,7 +160,7 @@ def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(sess
 def test_a_small_keyless_tables_update_and_delete_on_the_driver_equal_sparks(session, monkeypatch, los_angeles):
     """The same for a table without a primary key (its rows keyed by a hidden row id), with dates,
     timestamps and reals, read back in a local time zone with a daylight saving fold."""
-    from sparkwave.storage import snapshot
+    from sparkwave.core import policy
 
     s = session
     values = ", ".join(f"({k % 4}, {k * 0.5}, DATE '2025-11-{1 + k % 9:02d}', "
@@ -174,7 +174,7 @@ def test_a_small_keyless_tables_update_and_delete_on_the_driver_equal_sparks(ses
         s.sql(st.format(t="n"))
         assert _jobs(s.spark) == before, f"{st} ran a Spark job"
         with monkeypatch.context() as m:
-            m.setattr(snapshot, "LOCAL_SNAPSHOT_BYTES", 0)
+            m.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
             s.sql(st.format(t="ntwin"))
         s.flush()
     got = multiset(rows_of(s.table("n")))

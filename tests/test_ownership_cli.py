@@ -59,7 +59,7 @@ def test_cli_sql_runs_statements_and_prints_query_results(tmp_path):
     f.write_text("CREATE TABLE u (k int);\nSELECT nope FROM u WHERE")  # malformed: nothing may run
     fresh = tmp_path / "fresh"
     r = cli("sql", "--warehouse", str(fresh), "-f", str(f))
-    assert r.returncode == 1 and "syntax error at line 2" in r.stdout and "nope" in r.stdout, r.stdout
+    assert r.returncode == 1 and "syntax error at line 2" in r.stderr and "nope" in r.stderr, r.stdout + r.stderr
     assert not fresh.exists(), "the warehouse was opened (and Spark started) for a script that does not parse"
 
 

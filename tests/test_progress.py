@@ -39,9 +39,12 @@ def test_progress_per_upstream_follows_the_vnodes_read(tmp_path):
 
 def test_counts_summed_over_upstreams_by_an_older_version_are_not_credited_to_one(tmp_path):
     catalog, job_id = creating_join(tmp_path)
-    with catalog.transaction() as db:  # as the previous version stored them
+    with catalog.transaction() as db:  # as the previous version stored them, in a catalog at version 1
         db.execute("UPDATE jobs SET vnode_rows = ?, rows_total = 1024, next_vnode = 128 WHERE id = ?",
                    ("[" + ", ".join(["4"] * 256) + "]", job_id))
+        db.execute("PRAGMA user_version = 1")
+    catalog.close()
+    catalog = Catalog(tmp_path / "catalog.db")  # migrated on opening
     job = catalog.job(job_id)
     assert job is not None and sum(map(sum, job.vnode_rows.values())) == 1024  # resumption sees every row
     (info,) = job_infos(catalog)

@@ -46,8 +46,8 @@ def test_rearranged_jobs_step_once_per_epoch_never_hold_the_pipeline_and_equal_t
     rp = s.catalog.job_of("rp")
     assert rp.held_back == 0 and s.catalog.job_of("ra").held_back == 0
     # one snapshot chunk (<= 60 rows) per main-graph epoch: 300 rows took at least 5 epochs
-    chunks = [st for st in s.catalog.job_steps(rp.id) if st[1] == "snapshot"]
-    assert len(chunks) >= 5 and all(st[3] <= 60 for st in chunks), chunks
+    chunks = [st for st in s.catalog.job_steps(rp.id) if st.phase == "snapshot"]
+    assert len(chunks) >= 5 and all(st.rows <= 60 for st in chunks), chunks
     epochs = s.catalog.committed_epochs(since=rp.snapshot_epoch + 1)
     assert rp.merged_epoch is not None and len([e for e in epochs if e <= rp.merged_epoch]) >= len(chunks) - 1
     assert check_from_snapshot(s, expected, ["rp", "ra"]) >= 2 * 5

@@ -110,7 +110,7 @@ def test_a_paused_or_blocked_sink_never_holds_the_pipeline_and_catches_up_exactl
 
 
 def test_postgres_going_away_makes_the_sink_retry_and_resume_exactly(session, postgres, tmp_path):
-    from sparkwave.cli.postgres_server import PostgresServer
+    from sparkwave.devtools.postgres_server import PostgresServer
     own = PostgresServer(tmp_path / "pg2")
     own.start()
     try:
@@ -338,8 +338,8 @@ def test_a_sink_backfill_is_chunked_paused_resumed_from_another_process_and_canc
     session.flush()  # the owner applies the request at its barrier
     assert session.catalog.job(job_id).rate_limit is None
     wait_sink(session, "d", at)
-    snapshot_steps = [s for s in session.catalog.job_steps(job_id) if s[1] == "snapshot"]
-    assert len(snapshot_steps) >= 2 and sum(s[3] for s in snapshot_steps) == session.table("flt", as_of=at).count()
+    snapshot_steps = [s for s in session.catalog.job_steps(job_id) if s.phase == "snapshot"]
+    assert len(snapshot_steps) >= 2 and sum(s.rows for s in snapshot_steps) == session.table("flt", as_of=at).count()
     rows = DeltaTable(str(tmp_path / "d")).to_pyarrow_table().to_pylist()
     assert multiset((r["k"], r["v"], r["s"]) for r in rows) == oracle(session, MV_QUERIES["flt"], at,
                                                                        {"t": ["k", "g", "v", "s"]})

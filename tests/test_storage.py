@@ -303,8 +303,8 @@ def test_key_index_of_a_spark_or_arrow_written_base_agrees_with_its_parquet_file
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from sparkwave.core import policy
     from sparkwave.core.chunk import vnode
-    from sparkwave.storage import snapshot as snap
     from sparkwave.storage.lookup import lookup
 
     words = ["a", "Z", "é", "日本", "ß", "", "zz", "ñandú", "Ω"]
@@ -315,7 +315,7 @@ def test_key_index_of_a_spark_or_arrow_written_base_agrees_with_its_parquet_file
                                   "v": list(range(300 * len(words)))}))
     for writer in ("pyarrow", "spark"):
         if writer == "spark":
-            monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
+            monkeypatch.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
             session.sql("INSERT INTO i VALUES (3, 3); INSERT INTO s VALUES ('new', 3)")
         session.flush()
         session.compact()
@@ -347,7 +347,7 @@ def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeyp
     than the driver should hold, are read by Spark."""
     import pyarrow as pa
 
-    from sparkwave.storage import snapshot as snap
+    from sparkwave.core import policy
 
     session.sql("CREATE TABLE t (k int, b boolean, s smallint, i bigint, r real, d double precision, "
                 "n decimal(38, 10), v text, dt date, ts timestamp, tz timestamptz, by bytea, _at int, "
@@ -366,7 +366,7 @@ def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeyp
             session.sql("SET big_epoch_rows = 0")
         if i == 2:
             session.sql("SET big_epoch_rows = 1000000")
-            monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)  # bases written by Spark
+            monkeypatch.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)  # bases written by Spark
             session.compact()
             monkeypatch.undo()
         session.sql(f"INSERT INTO t VALUES ({i}, {extremes}), ({i + 10}, {plain})")
@@ -381,7 +381,7 @@ def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeyp
     names = ["t", "a", "j", "g"]
     local = {(n, e): sorted(rows_of(session.table(n, as_of=e)), key=repr) for n in names for e in epochs}
     assert all(session.rt.local_snapshot(session.catalog.relation(n), e) is not None for n in names for e in epochs)
-    monkeypatch.setattr(snap, "LOCAL_SNAPSHOT_BYTES", 0)
+    monkeypatch.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
     assert session.rt.local_snapshot(session.catalog.relation("t"), epochs[-1]) is None
     for (n, e), rows in local.items():
         assert rows == sorted(rows_of(session.table(n, as_of=e)), key=repr), (n, e)
@@ -393,7 +393,7 @@ def test_a_small_snapshot_read_on_the_driver_equals_sparks_read(session, monkeyp
     session.sql("INSERT INTO f VALUES (1.5, 1)")
     session.insert("w", pa.table({"k": list(range(20_000)), "s": ["x" * 2_000] * 20_000}))
     e = session.flush()
-    assert os.path.getsize(session.catalog.log_files("w", 0, e)[0][1]) < snap.LOCAL_SNAPSHOT_BYTES  # 40 MB decoded
+    assert os.path.getsize(session.catalog.log_files("w", 0, e)[0][1]) < policy.LOCAL_SNAPSHOT_BYTES  # 40 MB decoded
     assert session.rt.local_snapshot(session.catalog.relation("w"), e) is None
     assert session.rt.local_snapshot(session.catalog.relation("f"), e) is None
     assert session.table("w").count() == 20_000 and rows_of(session.table("f")) == [(1.5, 1)]

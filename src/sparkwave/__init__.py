@@ -2,6 +2,8 @@
 
 Tables, materialized views kept exactly up to date epoch by epoch, stored on Delta Lake."""
 
+from typing import TYPE_CHECKING, Any
+
 from sparkwave.core.errors import (
     CatalogError,
     DataError,
@@ -13,7 +15,19 @@ from sparkwave.core.errors import (
     SqlError,
     WarehouseError,
 )
-from sparkwave.frontend.session import JobInfo, Session, connect
+
+if TYPE_CHECKING:
+    from sparkwave.frontend.session import JobInfo, Session, connect
+
+
+def __getattr__(name: str) -> Any:
+    """`connect`, `Session` and `JobInfo` are imported on first use: a command that needs no Spark
+    (`sparkwave sql` beside a server) does not pay for importing pyspark."""
+    if name in ("connect", "Session", "JobInfo"):
+        from sparkwave.frontend import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'sparkwave' has no attribute {name!r}")
 
 __all__ = [
     "connect", "Session", "JobInfo", "SparkwaveError", "SqlError", "CatalogError", "DataError",

@@ -15,10 +15,10 @@ from typing import Any
 
 from rich.console import Console
 
-from sparkwave.cli.kafka_broker import Broker
 from sparkwave.cli.nexmark_sql import QUERIES, tables_sql
-from sparkwave.cli.postgres_server import PostgresServer
 from sparkwave.core.errors import SparkwaveError
+from sparkwave.devtools.kafka_broker import Broker
+from sparkwave.devtools.postgres_server import PostgresServer
 from sparkwave.frontend.session import Session, connect
 from sparkwave.meta.barrier import EpochReport
 from sparkwave.storage.warehouse import Warehouse

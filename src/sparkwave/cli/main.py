@@ -1,11 +1,10 @@
-"""The `sparkwave` command: `sql`, `jobs` and `demo`."""
+"""The `sparkwave` command: `sql`, `serve`, `jobs` and `demo`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -19,11 +18,22 @@ REQUEST_WAIT_S = 60.0
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparkwave", description="A streaming database layer for Apache Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_sql = sub.add_parser("sql", help="run SQL statements against a warehouse")
-    p_sql.add_argument("--warehouse", required=True)
+    p_sql = sub.add_parser("sql", help="run SQL statements against a warehouse (through its server if one runs)")
+    where = p_sql.add_mutually_exclusive_group(required=True)
+    where.add_argument("--warehouse", help="the warehouse: its server's if `sparkwave serve` owns it, else embedded")
+    where.add_argument("--url", help="a server's address, e.g. postgresql://127.0.0.1:4566/dev")
     src = p_sql.add_mutually_exclusive_group(required=True)
     src.add_argument("-e", dest="text", help="SQL text")
     src.add_argument("-f", dest="file", help="a file of SQL statements")
+    p_serve = sub.add_parser("serve", help="own a warehouse and serve it over the PostgreSQL protocol")
+    p_serve.add_argument("--warehouse", required=True)
+    p_serve.add_argument("--host", default="127.0.0.1")
+    p_serve.add_argument("--port", type=int, default=4566)
+    p_serve.add_argument("--http-port", type=int, default=5691, help="GET /health (0: none)")
+    p_serve.add_argument("--spark-master", default=None, help="default: $SPARKWAVE_SPARK_MASTER or local[*]")
+    p_serve.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark setting (repeatable)")
+    p_serve.add_argument("--password", default=None, help="enables SCRAM-SHA-256 (or $SPARKWAVE_PASSWORD)")
+    p_serve.add_argument("--barrier-interval-ms", type=int, default=1000, help=argparse.SUPPRESS)
     p_jobs = sub.add_parser("jobs", help="show the jobs of a warehouse (works beside a running owner)")
     p_jobs.add_argument("--warehouse", required=True)
     p_jobs.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
@@ -34,11 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     try:
         if args.command == "sql":
-            return _sql(console, args.warehouse, args.text if args.text is not None else Path(args.file).read_text())
+            return _sql(console, args.warehouse, args.url,
+                        args.text if args.text is not None else Path(args.file).read_text())
+        if args.command == "serve":
+            from sparkwave.cli.serve import ServeError, serve
+
+            try:
+                return serve(args)
+            except ServeError as e:
+                console.print(f"[bold red]error:[/] {e}", highlight=False)
+                return 2
         if args.command == "jobs":
             return _jobs(console, args.warehouse, args.watch)
-        from sparkwave.cli.demo import run_demo
-
+        try:
+            from sparkwave.cli.demo import run_demo
+        except ImportError as e:  # its broker and PostgreSQL come with the `dev` extra
+            console.print(f"[bold red]error:[/] the demo needs sparkwave's dev extra (pip install 'sparkwave[dev]'): "
+                          f"{e}", highlight=False)
+            return 2
         return run_demo(console, args.warehouse, args.seconds)
     except SparkwaveError as e:
         console.print(f"[bold red]error:[/] {e}", highlight=False)
@@ -47,24 +70,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _sql(console: Console, warehouse: str, text: str) -> int:
-    from pyspark.sql import DataFrame
+def _sql(console: Console, warehouse: str | None, url: str | None, text: str) -> int:
+    from sparkwave.cli.client import find_server, run_embedded, run_remote
 
-    from sparkwave.frontend.session import connect
-    from sparkwave.frontend.statements import parse
+    if url is None and warehouse is not None and (address := find_server(warehouse)) is not None:
+        host, port = address
+        url = f"postgresql://{host}:{port}/dev?user=sparkwave"
+    if url is not None:
+        return run_remote(url, text, sys.stdout, sys.stderr)
+    assert warehouse is not None
+    from sparkwave.core.errors import OwnershipError
 
-    parse(text)  # malformed SQL fails here, before Spark starts (about 10 s), and nothing has run
     try:
-        session = connect(warehouse)
-    except OwnershipError as e:  # control statements still reach the owner, through the catalog
+        return run_embedded(warehouse, text, sys.stdout, sys.stderr)
+    except OwnershipError as e:  # an owner that is no server: control statements still reach it, via the catalog
         return _send_requests(console, warehouse, text, e)
-    with session:
-        result = session.sql(text)
-        if isinstance(result, DataFrame):
-            print_rows(console, session.fetch(result), result.columns)
-        else:
-            session.flush()
-    return 0
 
 
 def _send_requests(console: Console, warehouse: str, text: str, not_owner: OwnershipError) -> int:
@@ -86,29 +106,6 @@ def _send_requests(console: Console, warehouse: str, text: str, not_owner: Owner
         else:
             console.print(f"request {request_id} taken by the owner: {outcome}", highlight=False)
     return 0
-
-
-def print_rows(console: Console, batches: Iterable[Sequence[Sequence[object]]], columns: list[str]) -> None:
-    """A query's rows as they arrive, a batch at a time, aligned as psql aligns them (within each
-    batch), then their count: a result of any size streams through in bounded memory."""
-    out, n = console.file, 0
-    for batch in batches:
-        cells = [[_cell(v) for v in row] for row in batch]
-        widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-        if n == 0:
-            out.write(" " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + "\n")
-            out.write("-" + "-+-".join("-" * w for w in widths) + "-\n")
-        out.write("".join(" " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + "\n" for r in cells))
-        out.flush()
-        n += len(cells)
-    if n == 0:
-        out.write(" " + " | ".join(columns) + "\n")
-    out.write(f"({n} row{'' if n == 1 else 's'})\n")
-    out.flush()
-
-
-def _cell(value: object) -> str:
-    return "NULL" if value is None else str(value).replace("\n", "\\n")
 
 
 def print_frame(console: Console, rows: list[dict], columns: list[str], title: str | None = None) -> None:

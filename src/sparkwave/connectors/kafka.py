@@ -38,8 +38,9 @@ from sparkwave.connectors.kafka_reader import (
     read_range,
 )
 from sparkwave.connectors.options import Options, choice, integer, max_rows_per_epoch, rate_limit, text
+from sparkwave.core import policy
 from sparkwave.core.errors import SqlError
-from sparkwave.core.local_frames import LOCAL_ROWS, local_batches
+from sparkwave.core.local_frames import local_batches
 from sparkwave.core.schema import Column, Schema, parse_type
 
 log = logging.getLogger("sparkwave.kafka")
@@ -215,7 +216,7 @@ class Kafka(Connector):
                  for lo in range(start, hi, TASK_OFFSETS)]
         ddl = ", ".join([f"`{c.name}` {c.type.spark}" for c in self.schema.columns]
                         + ["_op tinyint", "_seq bigint", f"{ERROR} string", f"{RAW} string"])
-        if sum(hi - lo for _, lo, hi in tasks) <= LOCAL_ROWS:  # few: read here, no Python worker, no job
+        if policy.kafka_on_driver(sum(hi - lo for _, lo, hi in tasks)):  # few: read here, no Python worker, no job
             return local_batches(spark, [b for p, lo, hi in tasks for b in read_range(self.spec, p, lo, hi)], ddl)
         with _registered_lock:
             if spark not in _registered:

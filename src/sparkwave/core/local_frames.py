@@ -7,9 +7,9 @@ way instead of from its file saves the file scan's planning and the job (`bench/
 epochs without Spark jobs"). Spark's own expressions compute the values; only their way back to
 Arrow differs (`collect()`'s Python values), and `to_arrow` takes that way only for types whose
 values come back exactly, falling back to Arrow transfer otherwise. The optimizer evaluates on one
-thread and the rows come back to Python one by one: past `LOCAL_ROWS` rows (measured crossover of a
-project-filter frame: about 10k) the file and the executors win. A union (a generated source of
-several splits) is not folded: it runs a job, over the same local rows."""
+thread and the rows come back to Python one by one: past `policy.LOCAL_ROWS` rows (measured crossover
+of a project-filter frame: about 10k) the file and the executors win (`policy.runs_locally`). A
+union (a generated source of several splits) is not folded: it runs a job, over the same local rows."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
 
-LOCAL_ROWS = 8192
+from sparkwave.core import policy
+from sparkwave.core.policy import LOCAL_ROWS  # re-exported: its old home
+
+__all__ = ["LOCAL_ROWS", "local_batches", "local_frame", "local_rows", "offsets", "to_arrow"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -48,7 +51,7 @@ def local_batches(spark: SparkSession, batches: list[pa.RecordBatch], ddl: str) 
 def offsets(spark: SparkSession, start: int, end: int) -> DataFrame:
     """`| id |` for `[start, end)`, as `spark.range`: local when small, so a generated source's
     expressions over it are evaluated without a job."""
-    if end - start > LOCAL_ROWS:
+    if not policy.runs_locally(end - start):
         return spark.range(start, end)
     return local_frame(spark, pa.table({"id": pa.array(range(start, end), pa.int64())}), "id bigint")
 
@@ -60,7 +63,7 @@ _PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.typ
 
 def to_arrow(df: DataFrame, schema: pa.Schema | None = None) -> pa.Table:
     """`df`'s rows (in `schema`, by name; else in the frame's own types). Without a Spark job when
-    the optimizer folded the frame into a local relation of at most `LOCAL_ROWS` rows."""
+    the optimizer folded the frame into a local relation it evaluates (`policy.runs_locally`)."""
     if schema is None:
         schema = to_arrow_schema(df.schema, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
     rows = local_rows(df, schema)
@@ -69,9 +72,9 @@ def to_arrow(df: DataFrame, schema: pa.Schema | None = None) -> pa.Table:
 
 def local_rows(df: DataFrame, schema: pa.Schema) -> pa.Table | None:
     """`df`'s rows in `schema` (by name) if the optimizer folded the frame into a local relation of
-    at most `LOCAL_ROWS` rows whose values come back exactly: no Spark job. Else None."""
+    rows it evaluates (`policy.runs_locally`) whose values come back exactly: no Spark job. Else None."""
     plan = df._jdf.queryExecution().optimizedPlan()
-    if not (plan.getClass().getSimpleName() == "LocalRelation" and plan.data().size() <= LOCAL_ROWS
+    if not (plan.getClass().getSimpleName() == "LocalRelation" and policy.runs_locally(plan.data().size())
             and all(any(is_(f.type) for is_ in _PLAIN) for f in schema)):
         return None
     try:

@@ -83,12 +83,6 @@ class SqlType:
         return _SPARK[self.name]
 
     @property
-    def duckdb(self) -> str:
-        if self.name.startswith("decimal"):
-            return self.name
-        return _DUCKDB[self.name]
-
-    @property
     def is_numeric(self) -> bool:
         return self.name in ("smallint", "int", "bigint", "real", "double") or self.name.startswith("decimal")
 
@@ -105,11 +99,6 @@ _SPARK = {
     "boolean": "boolean", "smallint": "smallint", "int": "int", "bigint": "bigint", "real": "float",
     "double": "double", "varchar": "string", "date": "date", "timestamp": "timestamp_ntz",
     "timestamptz": "timestamp", "bytea": "binary",
-}
-_DUCKDB = {
-    "boolean": "BOOLEAN", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT", "real": "REAL",
-    "double": "DOUBLE", "varchar": "VARCHAR", "date": "DATE", "timestamp": "TIMESTAMP",
-    "timestamptz": "TIMESTAMPTZ", "bytea": "BLOB",
 }
 
 

@@ -62,7 +62,8 @@ def ensure_java() -> None:
                              "`apt-get install openjdk-17-jre-headless` and set JAVA_HOME")
 
 
-def create_spark(master: str | None = None) -> SparkSession:
+def create_spark(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """`conf`: more settings for the builder (`sparkwave serve --conf`), before the required ones."""
     ensure_java()
     master = master or os.environ.get("SPARKWAVE_SPARK_MASTER", "local[*]")
     # Python workers (the Kafka reader) need this interpreter's packages, not PATH's python3; the
@@ -81,6 +82,8 @@ def create_spark(master: str | None = None) -> SparkSession:
                # Pools: the main graph's epochs first, creating jobs (backfills) on what is left.
                .config("spark.scheduler.mode", "FAIR")
                .config("spark.scheduler.allocation.file", str(Path(__file__).with_name("fairscheduler.xml"))))
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
     for k, v in REQUIRED_CONF.items():
         if k.startswith("spark."):  # the others are Parquet's, set on the session (spark-submit warns of them)
             builder = builder.config(k, v)
@@ -95,7 +98,7 @@ def create_spark(master: str | None = None) -> SparkSession:
 def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
     """No rows of the schema `ddl`, as an empty local relation built in the JVM. PySpark's
     `createDataFrame([], ddl)` makes a Python RDD instead: every job over it ran Python tasks for
-    its empty partitions (a small backfill's jobs took 0.2-0.7 s each), and Spark's optimizer cannot
+    its empty partitions (a fixed cost on every small backfill job), and Spark's optimizer cannot
     see that it is empty, so a union or anti-join with it is not pruned."""
     jvm = spark._jvm
     assert jvm is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +36,10 @@ ABANDON_AFTER_SECONDS = 5.0  # a DROP waits this long for the running epoch, the
 
 
 class Ddl:
+    progress_bars = True  # a foreground CREATE draws its job's progress on a terminal (not in `sparkwave serve`)
+    # per thread: called while a foreground CREATE waits for its job; raising ends the wait (a client's cancel)
+    waiting = threading.local()
+
     def __init__(self, rt: Runtime, locks: Locks, creating: CreatingJobs, loop: BarrierLoop) -> None:
         self.rt = rt
         self.loop = loop
@@ -50,7 +55,8 @@ class Ddl:
             return False
         if stmt.args["if_not_exists"]:
             return True
-        raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})")
+        raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})", sqlstate="42P07",
+                           at=stmt.at(name))
 
     def create_table(self, stmt: Statement, kind: str = "table") -> None:
         """CREATE TABLE, or CREATE SOURCE (`kind = 'source'`): a Kafka relation that stores nothing;
@@ -206,7 +212,7 @@ class Ddl:
                 if strategy == "blocking":
                     flow = Dataflow(self.rt, rel)
                     try:
-                        built = flow.build(epoch, driver_rows=settings.big_epoch_rows)
+                        built = flow.build(epoch, big_epoch_rows=settings.big_epoch_rows)
                         bases = [write_base(self.rt, t, resolved(built[t.name]), epoch, crash_name="mid_backfill",
                                             record=False) for t in tables]
                     finally:
@@ -237,8 +243,9 @@ class Ddl:
                 if end > startup.get(s, 0)}
 
     def _wait_foreground(self, job_id: int) -> None:
-        if not sys.stderr.isatty():
-            self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES)
+        if not sys.stderr.isatty() or not self.progress_bars:
+            self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES,
+                                       on_progress=getattr(self.waiting, "check", None))
             return
         with JobBars() as bars:
             self.creating.wait_created([job_id], give_up_after=FOREGROUND_FAILURES, on_progress=lambda: bars.update(
@@ -261,7 +268,8 @@ class Ddl:
         if rel is None:
             if stmt.args["if_exists"]:
                 return
-            raise CatalogError(f"cannot drop {name!r}: no such table or materialized view (at {stmt.where(name)})")
+            raise CatalogError(f"cannot drop {name!r}: no such table or materialized view (at {stmt.where(name)})",
+                               sqlstate="42P01", at=stmt.at(name))
         if rel.kind != stmt.args["kind"]:
             what = {"table": "a table", "source": "a source"}.get(rel.kind, "a materialized view")
             raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
@@ -274,9 +282,9 @@ class Ddl:
                 if (now := self.catalog.job_of(name)) is None or now.creating:
                     raise
                 # it merged before the cancel took effect: dropped below as any MV
-        if rel.definition.get("sink") and self.catalog.sink(rel.definition["sink"]) is not None:
-            raise CatalogError(f"cannot drop {name!r}: it holds the query of sink {rel.definition['sink']!r}; "
-                               f"DROP SINK {rel.definition['sink']} drops both")
+        if (sink := rel.spec.sink) and self.catalog.sink(sink) is not None:
+            raise CatalogError(f"cannot drop {name!r}: it holds the query of sink {sink!r}; DROP SINK {sink} drops "
+                               "both")
         self.drop_relation(name)
 
     @contextmanager

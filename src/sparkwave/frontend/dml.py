@@ -25,11 +25,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from sparkwave.core import policy
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
 from sparkwave.core.limits import MAX_VALUE_BYTES
-from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, local_rows, to_arrow
+from sparkwave.core.local_frames import local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend import value_size
 from sparkwave.frontend.postgres import GROWING, bytea_from_text, bytea_from_text_sql, to_spark
@@ -196,14 +197,14 @@ def insert_values(rt: Runtime, stmt: Statement) -> int:
         raise stmt.error("INSERT ... ON CONFLICT is not supported: as in RisingWave, the rule belongs to the table "
                          "(CREATE TABLE ... ON CONFLICT DO NOTHING | DO UPDATE IF NOT NULL | OVERWRITE)", "ON CONFLICT")
     if ast.args.get("returning") is not None:
-        raise stmt.error("INSERT ... RETURNING is not supported (an INSERT is applied at the next epoch)",
-                         "RETURNING")
+        raise stmt.error("RETURNING is not supported: INSERT ... RETURNING (an INSERT is applied at the next "
+                         "epoch)", "RETURNING")
     visible = [c.name for c in rel.schema.visible]
     columns = columns_given or visible
     for c in columns:
         if c not in visible:
             raise CatalogError(f"unknown column {c!r} in INSERT INTO {rel.name} (columns: {', '.join(visible)}) "
-                               f"(at {stmt.where(c)})")
+                               f"(at {stmt.where(c)})", sqlstate="42703", at=stmt.at(c))
     values = ast.expression
     if not isinstance(values, exp.Values):
         raise stmt.error("only INSERT ... VALUES is supported; use Session.insert for bulk loads", "SELECT")
@@ -279,7 +280,7 @@ def _check_insert_columns(rel: Relation, columns: list[str]) -> None:
     unknown = [c for c in columns if c not in visible]
     if unknown:
         raise CatalogError(f"insert into {rel.name!r}: unknown column(s) {', '.join(unknown)} "
-                           f"(columns: {', '.join(visible)})")
+                           f"(columns: {', '.join(visible)})", sqlstate="42703")
 
 
 def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
@@ -350,13 +351,15 @@ def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
 def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
     ast = stmt.ast
     assert isinstance(ast, exp.Update)
+    _refuse_returning(stmt, ast, "UPDATE")
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "UPDATE")
     assignments: dict[str, str] = {}
     for eq in ast.expressions:
         col = eq.this.name.lower()
         if (target := rel.schema.column(col)) is None or target.hidden:
-            raise CatalogError(f"unknown column {col!r} in UPDATE {rel.name} (at {stmt.where(col)})")
+            raise CatalogError(f"unknown column {col!r} in UPDATE {rel.name} (at {stmt.where(col)})",
+                               sqlstate="42703", at=stmt.at(col))
         if col in rel.schema.key:
             raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
         value = eq.expression
@@ -376,6 +379,7 @@ def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
 def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
     ast = stmt.ast
     assert isinstance(ast, exp.Delete)
+    _refuse_returning(stmt, ast, "DELETE")
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "DELETE")
     keys = None if any(ast.args.get(a) for a in ("using", "returning")) else _key_literals(rel, ast)
@@ -391,6 +395,14 @@ def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
         rt.check_retained(rel, epoch)  # the files read were those of `epoch`: retention did not remove any
         return _stage_arrow(rt, rel, found, Op.KEY_DELETE)
     return stage(rt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
+
+
+def _refuse_returning(stmt: Statement, ast: exp.Expr, what: str) -> None:
+    """RETURNING is refused by name: a change is applied at the next epoch, so there are no rows to
+    return when the statement ends (it was silently dropped before)."""
+    if ast.args.get("returning") is not None:
+        raise stmt.error(f"RETURNING is not supported: {what} ... RETURNING (a change is applied at the next "
+                         "epoch, so it has no rows to return yet)", "RETURNING")
 
 
 def _key_literals(rel: Relation, ast: exp.Expr) -> pa.Table | None:
@@ -442,9 +454,9 @@ def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
 
 def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch: int) -> DataFrame:
     """The rows of `rel` as of `epoch` that the statement's WHERE holds for. A table of at most
-    `LOCAL_ROWS` rows is read on the driver, so that Spark's optimizer evaluates the statement there
-    (on one thread: a bigger one is read by a Spark scan, whose executors evaluate it)."""
-    df = rt.read(rel, epoch, max_rows=LOCAL_ROWS).drop("_vnode")
+    `policy.LOCAL_ROWS` rows (`policy.runs_locally`) is read on the driver, so that Spark's optimizer
+    evaluates the statement there (on one thread: a bigger one is read by a Spark scan, whose executors evaluate it)."""
+    df = rt.read(rel, epoch, max_rows=policy.LOCAL_ROWS).drop("_vnode")
     where = ast.args.get("where")
     if where is None:
         return df
@@ -452,7 +464,7 @@ def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch:
         c = rel.schema.column(col.name.lower())
         if c is None or c.hidden:
             raise CatalogError(f"unknown column {col.name!r} in WHERE of {stmt.kind.upper()} {rel.name} "
-                               f"(at {stmt.where(col.name)})")
+                               f"(at {stmt.where(col.name)})", sqlstate="42703", at=stmt.at(col.name))
     try:
         return df.where(to_spark(where.this, _typed(rel), rt.spark))
     except Exception as e:

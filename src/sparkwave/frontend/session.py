@@ -22,6 +22,7 @@ from sparkwave.core.spark import acquire_spark, configure, release_spark
 from sparkwave.frontend import dml, show
 from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.ddl import Ddl
+from sparkwave.frontend.planner import Planner, explain
 from sparkwave.frontend.postgres import untyped_to_spark
 from sparkwave.frontend.sink_ddl import SinkDdl
 from sparkwave.frontend.statements import Statement, parse, rate_limit_value
@@ -32,6 +33,7 @@ from sparkwave.meta.jobs import CreatingJobs
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.maintenance import Maintenance
 from sparkwave.meta.ownership import Ownership
+from sparkwave.meta.pipeline import Barriers
 from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import SPECS, Settings
@@ -77,13 +79,15 @@ class Session:
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self._undo.append(self.rt.close_connectors)
             self.locks = Locks()
-            self.loop = BarrierLoop(self.rt, self.locks, barrier_interval_ms, on_epoch)
-            self.creating = CreatingJobs(self.rt, self.locks, self.loop.nudge, self.loop, self.loop.request_barrier)
-            self.creating.chunk_rows = Settings(self.catalog).backfill_chunk_rows
-            self.loop.jobs = self.creating
-            self.ddl = Ddl(self.rt, self.locks, self.creating, self.loop)
+            # The loop's doorbell first: the jobs ring it, the loop plans with the jobs and hands
+            # each commit to the sinks, then to the jobs (meta/pipeline.py); no part holds another.
+            barriers = Barriers(barrier_interval_ms)
             self.sinks = Sinks(self.rt)
-            self.loop.sinks = self.creating.sinks = self.sinks
+            self.creating = CreatingJobs(self.rt, self.locks, barriers, self.sinks,
+                                         Settings(self.catalog).backfill_chunk_rows)
+            self.loop = BarrierLoop(self.rt, self.locks, barriers, jobs=self.creating,
+                                    listeners=(self.sinks, self.creating), on_epoch=on_epoch)
+            self.ddl = Ddl(self.rt, self.locks, self.creating, self.loop)
             self.sink_ddl = SinkDdl(self.ddl, self.sinks)
             self._recover()
             self._undo.append(self.loop.stop)
@@ -368,10 +372,21 @@ class Session:
         except SparkwaveError:
             raise
         except Exception as e:
-            raise SqlError(f"query failed: {str(e).strip().splitlines()[0][:300]} (at {stmt.where()})") from None
+            get_state = getattr(e, "getSqlState", None)  # Spark's codes are PostgreSQL's (42703, 42P01, ...)
+            state = get_state() if callable(get_state) else None
+            raise SqlError(f"query failed: {str(e).strip().splitlines()[0][:300]} (at {stmt.where()})",
+                           sqlstate=state or "XX000") from None
         finally:
             for view in views:
                 self.spark.catalog.dropTempView(view)
+
+    def _do_explain(self, stmt: Statement) -> DataFrame:
+        """EXPLAIN: the operator tree the MV (or the query, planned as an MV) would have, a line per
+        operator in the one column `QUERY PLAN`, as PostgreSQL's; nothing is created."""
+        inner = stmt.args["statement"]
+        name = inner.args["name"] if inner.kind == "create_mv" else "query"
+        lines = explain(name, Planner(inner, self.rt.relation, self.spark).plan(inner.ast))
+        return self.spark.createDataFrame([(line,) for line in lines], "`QUERY PLAN` string")
 
     def _do_insert(self, stmt: Statement) -> None:
         with grown_as_data_error(f"INSERT (at {stmt.where()})"):

@@ -24,8 +24,7 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
     if what == "MATERIALIZED VIEWS":
         sinks = {s.name for s in rt.catalog.sinks()}  # an MV holding a sink's query is shown while the sink is
         mvs = [r for r in rt.catalog.relations(creating=True) if r.kind == "mv" and r.state != "creating"]
-        return rt.spark.createDataFrame([(r.name, r.definition.get("sql", "")) for r in mvs
-                                         if r.definition.get("sink") not in sinks],
+        return rt.spark.createDataFrame([(r.name, r.spec.sql) for r in mvs if r.spec.sink not in sinks],
                                         "name string, definition string")
     if what == "SOURCES":
         return _sources(rt)
@@ -40,8 +39,8 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
         if stmt.args["name"]:
             rt.relation(stmt.args["name"])  # a clear error if there is no such relation
         return rt.spark.createDataFrame(
-            [(r, int(p), o, e, err, raw) for r, p, o, e, err, raw in rt.catalog.source_errors(stmt.args["name"],
-                                                                                              MAX_SHOW_ROWS)],
+            [(e.relation, int(e.split), e.offset, e.epoch, e.error, e.raw)
+             for e in rt.catalog.source_errors(stmt.args["name"], MAX_SHOW_ROWS)],
             "relation string, partition int, offset bigint, epoch bigint, error string, raw string")
     return rt.spark.createDataFrame(
         [(j.id, j.name, j.kind, j.strategy, j.phase, j.rows_done, j.rows_total, j.percent, j.rows_per_second,

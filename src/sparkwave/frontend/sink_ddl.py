@@ -68,7 +68,7 @@ class SinkDdl:
             if stmt.args["if_not_exists"] and self.catalog.sink(name) is not None:
                 return
             what = "sink" if self.catalog.sink(name) is not None else "table, source or materialized view"
-            raise CatalogError(f"{name!r} already exists: it is a {what} (at {stmt.where(name)})")
+            raise CatalogError(f"{name!r} already exists: it is a {what} (at {stmt.where(name)})", sqlstate="42P07")
         options = dict(stmt.args["options"])
         if not options.get("connector"):
             raise stmt.error("CREATE SINK needs WITH (connector = 'postgres' | 'kafka' | 'deltalake', ...)", "WITH")
@@ -115,7 +115,7 @@ class SinkDdl:
         if mv.state != "created":
             raise CatalogError(f"cannot create sink {name!r} on {upstream!r}: it is still being created; WAIT "
                                f"for it first (at {stmt.where(upstream)})")
-        owner = mv.definition.get("sink")
+        owner = mv.spec.sink
         if owner and owner != name:
             raise stmt.error(f"{upstream!r} holds the query of sink {owner!r}; create the sink from a materialized "
                              "view of your own", upstream)
@@ -198,7 +198,7 @@ class SinkDdl:
 
     def _wait_snapshot(self, name: str, job_id: int) -> None:
         """A foreground CREATE SINK returns once the sink backfill has delivered the snapshot."""
-        bars = JobBars() if sys.stderr.isatty() else None
+        bars = JobBars() if sys.stderr.isatty() and self.ddl.progress_bars else None
         try:
             if bars:
                 bars.__enter__()

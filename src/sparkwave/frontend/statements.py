@@ -17,6 +17,7 @@ from sqlglot.tokens import TokenType
 from sparkwave.core.errors import SqlError
 from sparkwave.core.limits import MAX_STATEMENT_BYTES
 from sparkwave.frontend.functions import check, check_nesting, too_deep
+from sparkwave.frontend.plan.closed_world import check_dropped
 from sparkwave.frontend.postgres import DIALECT
 from sparkwave.meta.settings import SPECS, rate_limit
 
@@ -34,6 +35,11 @@ class Statement:
 
     def where(self, keyword: str | None = None) -> str:
         """'line L, column C' of the statement, or of `keyword` inside it."""
+        line, col = self.at(keyword)
+        return f"line {line}, column {col}"
+
+    def at(self, keyword: str | None = None) -> tuple[int, int]:
+        """(line, column) of the statement, or of `keyword` inside it."""
         line, col = self.line, self.col
         if keyword:
             m = re.search(r"\b" + r"\s+".join(map(re.escape, keyword.split())) + r"\b", self.text, re.IGNORECASE)
@@ -42,10 +48,11 @@ class Statement:
                 nl = before.count("\n")
                 line = self.line + nl
                 col = (len(before) - before.rfind("\n")) if nl else self.col + len(before)
-        return f"line {line}, column {col}"
+        return line, col
 
-    def error(self, message: str, keyword: str | None = None) -> SqlError:
-        return SqlError(f"{message} (at {self.where(keyword)}: {self.snippet})")
+    def error(self, message: str, keyword: str | None = None, sqlstate: str | None = None) -> SqlError:
+        return SqlError(f"{message} (at {self.where(keyword)}: {self.snippet})", sqlstate=sqlstate,
+                        at=self.at(keyword))
 
     @property
     def snippet(self) -> str:
@@ -196,6 +203,8 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "drop", args={"kind": kind, "name": m.group(3).lower(),
                                                         "if_exists": bool(m.group(2)),
                                                         "cascade": (m.group(4) or "").strip().upper() == "CASCADE"})
+    if m := re.match(r"EXPLAIN\s+", text, re.IGNORECASE):
+        return _explain(base, m.end())
     ast = _parse_sql(base, text)
     if isinstance(ast, exp.Insert):
         return Statement(text, line, col, "insert", ast)
@@ -205,7 +214,21 @@ def classify(text: str, line: int, col: int) -> Statement:
         return Statement(text, line, col, "delete", ast)
     if isinstance(ast, exp.Query):
         return Statement(text, line, col, "query", ast)
-    raise base.error(f"unsupported statement {(words[0] if words else '').upper()} {type(ast).__name__}".strip())
+    raise base.error(f"unsupported statement {(words[0] if words else '').upper()} {type(ast).__name__}".strip(),
+                     sqlstate="0A000")
+
+
+def _explain(base: Statement, start: int) -> Statement:
+    """`EXPLAIN CREATE MATERIALIZED VIEW ...` or `EXPLAIN SELECT ...`: the statement it explains
+    (whose errors point into the same text) under `args["statement"]`; nothing is run."""
+    before = base.text[:start]
+    nl = before.count("\n")
+    line = base.line + nl
+    col = (start - before.rfind("\n")) if nl else base.col + start
+    inner = classify(base.text[start:], line, col)
+    if inner.kind not in ("create_mv", "query"):
+        raise base.error("EXPLAIN takes CREATE MATERIALIZED VIEW name AS SELECT ... or a SELECT", "EXPLAIN")
+    return Statement(base.text, base.line, base.col, "explain", inner.ast, {"statement": inner})
 
 
 def _parse_sql(base: Statement, text: str) -> exp.Expr:
@@ -223,9 +246,11 @@ def _parse_sql(base: Statement, text: str) -> exp.Expr:
         line = base.line + err.get("line", 1) - 1
         col = err.get("col", 0) + (base.col - 1 if err.get("line", 1) == 1 else 0)
         raise SqlError(f"syntax error at line {line}, column {col}: {err.get('description', str(e))} "
-                       f"near {err.get('highlight', '')!r} (in: {base.snippet})") from None
+                       f"near {err.get('highlight', '')!r} (in: {base.snippet})",
+                       at=(line, max(1, col - len(err.get("highlight") or " ") + 1))) from None
     if len(asts) != 1 or asts[0] is None:
         raise base.error("expected exactly one statement")
+    check_dropped(asts[0], base.error)  # clauses that would be dropped or read otherwise, refused by name
     check(asts[0], text, base.error)
     return asts[0]
 

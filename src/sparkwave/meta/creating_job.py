@@ -1,6 +1,6 @@
 """A creating job under snapshot backfill: isolated from the main graph, with its own checkpoints.
 
-After RisingWave's `snapshot_backfill_executor` (DESIGN.md section 4). Each `step()` is one of the
+After RisingWave's `snapshot_backfill_executor` (snapshot backfill in ARCHITECTURE.md). Each `step()` is one of the
 job's checkpoints and commits the MV's (and its state tables') rows together with the job's
 progress in one catalog transaction; the main graph never waits for it, except by the lag rule
 (`lag_rule.py`).
@@ -54,6 +54,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.util import inheritable_thread_target
 
+from sparkwave.core import policy
 from sparkwave.core.catalog import Chunk, JobRow, Phase, Relation
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.crash import crash_point
@@ -73,7 +74,8 @@ MAX_WRITERS = 4  # a chunk's tables written at once
 class Strategy(StrEnum):
     """How a new MV is filled (see the module docstring). Any strategy backfills from a source: the
     source's history and its epochs after `S` are read from Kafka (`Runtime.snapshot`,
-    `Runtime.source_log`), not from storage. Sink backfills will plug in here."""
+    `Runtime.source_log`), not from storage. A sink's backfill is a job of its own
+    (`meta/sinks.py`), not a strategy."""
 
     BLOCKING = "blocking"
     SNAPSHOT = "snapshot"
@@ -178,12 +180,12 @@ class CreatingJob:
         budget = min(limit, self.limiter.available(job.rate_limit))
         if budget <= 0:
             return Step(wait=self.limiter.wait_for(job.rate_limit or 0))
-        driver_rows = self._epoch_rows()  # what the driver may hold: one big epoch's rows
+        big = self._epoch_rows()  # what the driver may hold: one big epoch's rows (`big_epoch_rows`)
         if job.next_vnode >= VNODES:
             merging = plan
             assert merging is not None
             return self._chunk(job, rel, flow, VNODES, VNODES + 1, 0,
-                               lambda: flow.build_merge(s, merging, self._partials(chunks), driver_rows=driver_rows))
+                               lambda: flow.build_merge(s, merging, self._partials(chunks), big_epoch_rows=big))
         driving = plan.driving.relation if plan else None
         counts = [sum(c[v] for u, c in per_upstream.items() if driving in (None, u)) for v in range(VNODES)]
         lo = hi = job.next_vnode
@@ -197,11 +199,11 @@ class CreatingJob:
             plan = None  # fits in one chunk: the single pass, with no merge
         if plan is None and not flow.root.stateless:
             hi, rows = VNODES, sum(sum(c[lo:]) for c in per_upstream.values())
-        if plan is None and flow.builds_locally and rows <= driver_rows:
+        if plan is None and flow.builds_locally and policy.builds_on_driver(rows, big):
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s))  # no bigger than an epoch
         if plan is None:
             vnodes = (lo, hi) if flow.root.stateless else None
-            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(s, vnodes, driver_rows=driver_rows),
+            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(s, vnodes, big_epoch_rows=big),
                                skip=flow.root.stateless and not rows)
         chunked = plan
         if lo == 0:  # the first chunk reads the other upstreams whole, and hands their sides on

@@ -13,18 +13,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sparkwave.core.catalog import JobRow, Phase, Relation
 from sparkwave.core.errors import CatalogError, PipelineError
 from sparkwave.meta.creating_job import CreatingJob, Pipeline, Step, Strategy
 from sparkwave.meta.lag_rule import MAX_HOLD_SECONDS, LagRule
 from sparkwave.meta.locks import Locks
+from sparkwave.meta.pipeline import Barriers, Commit, SinkControl
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
-
-if TYPE_CHECKING:
-    from sparkwave.meta.sinks import Sinks
 
 log = logging.getLogger("sparkwave.jobs")
 FOREGROUND_FAILURES = 3  # a foreground CREATE gives up (and cancels its job) after this many failed checkpoints
@@ -113,21 +110,25 @@ class _Worker:
 
 
 class CreatingJobs:
-    def __init__(self, rt: Runtime, locks: Locks, nudge: Callable[[], None],
-                 pipeline: Pipeline | None = None, request_barrier: Callable[[], None] | None = None) -> None:
+    """The creating jobs of a warehouse. They ring the barrier loop's doorbell (`barriers`) and the
+    loop plans with them (`JobControl`) and tells them of commits (`on_commit`): neither holds the
+    other (`meta/pipeline.py`)."""
+
+    def __init__(self, rt: Runtime, locks: Locks, barriers: Barriers, sinks: SinkControl | None = None,
+                 chunk_rows: int = 10_000_000) -> None:
         self.rt = rt
         self.locks = locks
-        self.pipeline = pipeline
-        self._nudge = nudge
-        self._request_barrier = request_barrier  # a rearranged job moves only as main-graph epochs commit
+        self.pipeline: Pipeline = barriers
+        self._nudge = barriers.nudge
+        self._request_barrier = barriers.request_barrier  # a rearranged job moves only as main-graph epochs commit
         self._cond = threading.Condition()
         self.generation = 0
         self._workers: dict[int, _Worker] = {}
         self._held: dict[int, tuple[int, float]] = {}  # job -> (committed epoch, since when) it holds the main graph at
         self.clock: Callable[[], float] = time.monotonic  # tests: a clock they move
-        self.chunk_rows = 10_000_000
+        self.chunk_rows = chunk_rows  # `SET backfill_chunk_rows` changes it for jobs started after
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: a slow snapshot read
-        self.sinks: Sinks | None = None  # a sink's job (strategy 'sink') is controlled through it
+        self.sinks = sinks  # a sink's job (strategy 'sink') is controlled through it
 
     # --- signalling ----------------------------------------------------------------------------
     def notify(self) -> None:
@@ -135,6 +136,11 @@ class CreatingJobs:
             self.generation += 1
             self._cond.notify_all()
         self._nudge()
+
+    def on_commit(self, commit: Commit) -> None:
+        """The main graph committed an epoch: a worker waiting for one (the log-store phase, a
+        rearranged job's budget) looks again."""
+        self.notify()
 
     def wait(self, generation: int, timeout: float | None) -> None:
         """Until something happened since `generation` (a checkpoint, a commit, a control change)."""
@@ -288,7 +294,7 @@ class CreatingJobs:
             if all(not jobs[i].creating for i in ids):
                 return
             waiting = [jobs[i] for i in ids if jobs[i].creating]
-            if self._request_barrier and any(j.strategy == Strategy.REARRANGED for j in waiting):
+            if any(j.strategy == Strategy.REARRANGED for j in waiting):
                 self._request_barrier()  # waiting for a rearranged job drives the barriers it steps on
             if all(j.rate_limit == 0 for j in waiting) and not self.rt.catalog.pending_requests():
                 names = ", ".join(f"{j.id} ({j.relation})" for j in waiting)

@@ -5,10 +5,10 @@ demand), so that a long run keeps its per-epoch cost and its disk use flat."""
 from __future__ import annotations
 
 import logging
-import threading
 
 from sparkwave.core.catalog import Relation
 from sparkwave.meta.locks import Locks
+from sparkwave.meta.service import Service
 from sparkwave.meta.settings import Settings
 from sparkwave.storage.compaction import compact
 from sparkwave.storage.links import is_linked
@@ -18,21 +18,12 @@ from sparkwave.storage.store import Store
 log = logging.getLogger("sparkwave.maintenance")
 
 
-class Maintenance:
+class Maintenance(Service):
     def __init__(self, store: Store, locks: Locks, interval_s: float) -> None:
+        super().__init__("sparkwave-compactor")
         self.store = store
         self.locks = locks
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sparkwave-compactor", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def run(self, rel: Relation, epoch: int) -> bool:
         """Compact `rel` at `epoch` and apply retention; returns whether it compacted. Under the ddl
@@ -49,17 +40,17 @@ class Maintenance:
                 self.store.stored(rel).checkpoint()
         return compacted
 
-    def _loop(self) -> None:
+    def _run(self) -> None:
         catalog = self.store.catalog
-        while not self._stop.wait(self.interval_s):
+        while self.sleep(self.interval_s):
             try:
                 threshold = Settings(catalog).compaction_epochs
                 epoch = catalog.committed_epoch()
                 for rel in catalog.relations(internal=True):
-                    if self._stop.is_set():
+                    if self.stopping:
                         return
                     base = catalog.base_at(rel.name, epoch)
-                    n, _ = catalog.log_rows_since(rel.name, base.epoch if base else 0)
+                    n = catalog.log_rows_since(rel.name, base.epoch if base else 0).files
                     if n >= threshold or (base is not None and base.epoch < epoch and is_linked(base.files)):
                         self.run(rel, epoch)  # a linked base: lookups wait for its sorted copy
                 catalog.prune_history()

@@ -105,9 +105,9 @@ def sink_infos(catalog: Catalog, now: float | None = None) -> list[SinkInfo]:
         consumed = job.consumed_epoch or 0
         lag = LagRule.lag(catalog, consumed)
         since = now - RATE_WINDOW_S
-        rate = sum(st[3] for st in catalog.job_steps(job.id, since)) / RATE_WINDOW_S
-        size = sum(os.path.getsize(p) for _, p in catalog.log_files(s.mv, consumed, catalog.committed_epoch())
-                   if os.path.exists(p))
+        rate = sum(st.rows for st in catalog.job_steps(job.id, since)) / RATE_WINDOW_S
+        size = sum(os.path.getsize(f.path) for f in catalog.log_files(s.mv, consumed, catalog.committed_epoch())
+                   if os.path.exists(f.path))
         opts = s.spec["options"]
         phase = ("paused" if job.rate_limit == 0 else "retrying" if job.error and not job.error.startswith(NOTE) else
                  "snapshot" if job.phase is Phase.SNAPSHOT else "running")
@@ -144,11 +144,11 @@ def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: flo
         since = max(job.started_at, now - RATE_WINDOW_S)
         steps = catalog.job_steps(job.id, since)
         span = max(1e-3, now - since)
-        rate = sum(s[3] for s in steps) / span
+        rate = sum(s.rows for s in steps) / span
         if job.phase is Phase.SNAPSHOT and rate > 0:
             eta = (job.rows_total - job.rows_done) / rate
         elif job.phase is Phase.LOG_STORE:
-            epochs_per_s = sum(s[4] for s in steps) / span
+            epochs_per_s = sum(s.epochs for s in steps) / span
             eta = lag_epochs / epochs_per_s if epochs_per_s > 0 else (0.0 if lag_epochs == 0 else None)
     phase = {Phase.SNAPSHOT: "snapshot", Phase.LOG_STORE: "merging" if lag_epochs == 0 else "log store",
              Phase.CREATED: "created"}[job.phase]

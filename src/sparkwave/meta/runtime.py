@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.connectors import Connector, make_connector
 from sparkwave.connectors.base import ERROR, RAW
-from sparkwave.core.catalog import Catalog, Relation
+from sparkwave.core.catalog import Catalog, EpochRows, Relation
 from sparkwave.core.chunk import Op, vnode, with_vnode
 from sparkwave.core.local_frames import to_arrow
 from sparkwave.core.offsets import merged, slot_counts, slot_ranges
@@ -104,10 +104,10 @@ class Runtime(Store):
             return slot_counts(self._source_snapshot(rel, epoch))
         return snap.vnode_rows(self.catalog, rel.name, rel.schema, epoch)
 
-    def log_file_rows(self, name: str, after: int, upto: int) -> list[tuple[int, int]]:
-        """(epoch, rows) of a relation's log in `(after, upto]`; a source's offsets read per epoch."""
+    def log_file_rows(self, name: str, after: int, upto: int) -> list[EpochRows]:
+        """The rows of a relation's log per epoch in `(after, upto]`; a source's offsets read per epoch."""
         if self.relation(name).kind == "source":
-            return [(e, sum(hi - lo for lo, hi in r.values()))
+            return [EpochRows(e, sum(hi - lo for lo, hi in r.values()))
                     for e, r in self.catalog.source_ranges(name, after) if e <= upto]
         return self.catalog.log_file_rows(name, after, upto)
 
@@ -120,10 +120,10 @@ class Runtime(Store):
         """A source's log rows of the epochs in `(after, upto]`, read again from its connector by the
         ranges those epochs committed, as log files `(epoch, path)` in `folder` (a creating job's)."""
         conn = self._reader(rel)
-        epochs = [(e, r) for e, r in self.catalog.source_ranges(rel.name, after) if e <= upto]
+        epochs = [r for r in self.catalog.source_ranges(rel.name, after) if r.epoch <= upto]
         if not epochs:
             return []
-        rows = conn.read(self.spark, merged([r for _, r in epochs]))
+        rows = conn.read(self.spark, merged([r.ranges for r in epochs]))
         if conn.has_bad_records:
             rows = rows.where(f"{ERROR} IS NULL").drop(ERROR, RAW)
         table = to_arrow(with_vnode(rows, rel.schema))

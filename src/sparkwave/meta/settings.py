@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkwave.connectors.options import MAX_RATE
+from sparkwave.core import policy
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.errors import SparkwaveError
 from sparkwave.meta.creating_job import Strategy
@@ -84,7 +85,7 @@ SPECS: dict[str, _Spec] = {
                                  "rows per second per new creating job; default = unlimited, 0 = paused"),
     "dml_rows_per_epoch": _Spec("1000000", _count(1, 10**8), _range(1, 10**8),
                                 "at most this many DML rows per epoch: a larger statement or bulk load spans epochs"),
-    "big_epoch_rows": _Spec("1000000", _count(0, 10**10), _range(0, 10**10),
+    "big_epoch_rows": _Spec(str(policy.BIG_EPOCH_ROWS), _count(0, 10**10), _range(0, 10**10),
                             "a table's or MV's step whose change in an epoch has more rows than this runs on the "
                             "Spark executors (joins and aggregates against their state files), not the driver"),
     "backfill_chunk_rows": _Spec("10000000", _count(1, 10**9), _range(1, 10**9),

@@ -36,10 +36,10 @@ from sparkwave.meta.creating_job import RateLimiter
 from sparkwave.meta.jobs import BACKFILL_POOL
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.log_store import BUFFER_ROWS, LogStore
+from sparkwave.meta.pipeline import Commit
 from sparkwave.meta.progress import NOTE
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.snapshot import vnode_rows
-from sparkwave.storage.table import StagedLog
 
 log = logging.getLogger("sparkwave.sinks")
 BATCH_ROWS = 500_000  # at most this many change rows per delivery (more when one epoch alone has more)
@@ -307,14 +307,15 @@ class Sinks:
         with self._lock:
             return self._workers.get(name)
 
-    def on_commit(self, epoch: int, chunks: dict[str, pa.Table | StagedLog | None]) -> None:
-        """The barrier loop committed `epoch`: each sink's log store gets its MV's change in memory
+    def on_commit(self, commit: Commit) -> None:
+        """The barrier loop committed an epoch: each sink's log store gets its MV's change in memory
         (a big epoch's, which only the executors held, is read back from its file); a coupled sink
         (`sink_decouple = false`) is waited for."""
+        epoch = commit.epoch
         with self._lock:
             workers = list(self._workers.values())
         for w in workers:
-            chunk = chunks.get(w.row.mv)
+            chunk = commit.chunks.get(w.row.mv)
             if isinstance(chunk, pa.Table) and chunk.num_rows:
                 try:
                     w.store.offer(epoch, chunk)

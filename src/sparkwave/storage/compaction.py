@@ -40,9 +40,8 @@ class BaseFiles:
 
 ROW_GROUP_BYTES = 8 * 1024 * 1024  # small row groups: a backfill chunk's vnode range skips the others
 # State tables are read by point lookups (see file_index.py): a row group bounds the rows a key
-# reads. Measured on sorted 1.3M- and 10M-row state files against 512-row groups: a 1k-key lookup
-# is as fast or faster (97 vs 111 ms at 10M rows: fewer groups to seek), a 10-key one 1-3 ms slower,
-# the footer parses 10x faster, and Spark writes the files 3.5x faster (5.3 vs 18.9 s at 10M rows).
+# reads. Against smaller groups, a many-key lookup is as fast, a few-key one barely slower, and the
+# footer parses and Spark writes the files several times faster.
 STATE_ROW_GROUP_ROWS = 4096
 
 
@@ -64,19 +63,19 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging
     ranges, the files may overlap, and a single sort column lets Spark radix-sort on its prefix
     (1.7M rows: 0.25 s against 0.67 s by the whole key); compaction later sorts by the whole key.
     A state table's files have small row groups for point lookups, unless `lookups` is off (files
-    only ever scanned whole: a chunked backfill's partials). A keyed table's sorted and clustered
+    only ever scanned whole: a chunked backfill's partials). A keyed table's or MV's sorted and clustered
     files get a key index each (`key_index.py`), built on the executors. Rows the driver holds (an
     Arrow table) are sorted the same way and written by pyarrow, into one file, with no Spark job."""
     stored = rt.stored(rel)
     stored.create()
     staging = stored.base_path / staging_name
     shutil.rmtree(staging, ignore_errors=True)
-    indexed = sort and cluster and rel.kind == "table" and key_index.indexable(rel.schema)
+    indexed = sort and cluster and rel.kind in ("table", "mv") and key_index.indexable(rel.schema)
     if indexed:
         key_index.remove_stale(stored.base_path, prefix)
     order = ["_vnode", *rel.schema.key] if sort and cluster else [leading_column(rel)] if sort else []
     # No dictionaries in a state's small row groups: within a few thousand rows they rarely pay for
-    # themselves (1.3M rows in 2,048- or 8,192-row groups: written in 0.6-1.1 s without, 1.0-1.7 s with).
+    # themselves, and they slow the write.
     lookup_groups = rel.kind == "state" and lookups
     if isinstance(df, pa.Table):
         _write_local(df.select(["_vnode", *rel.schema.names]), staging, order, lookup_groups)
@@ -145,7 +144,7 @@ def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     """Compact `rel` at committed `epoch` if its log has anything past the current base."""
     base = rt.catalog.base_at(rel.name, epoch)
     since = base.epoch if base else 0
-    n_epochs, _ = rt.catalog.log_rows_since(rel.name, since)
+    n_epochs = rt.catalog.log_rows_since(rel.name, since).files
     linked = base is not None and is_linked(base.files)  # due without a log: `links.py`
     if (n_epochs == 0 and not linked) or (base and base.epoch == epoch):
         return False

@@ -163,7 +163,7 @@ def _opened(base_file: str, rebuilt: bool = False) -> _Index | None:
 
 def _rebuild(base_file: str, path: Path) -> _Index | None:
     """Replace an index that fails its checksum by one built again from its Parquet file (on the
-    driver, once: 1M rows in about 0.5 s); None if that fails, and the lookup reads the file."""
+    driver, once); None if that fails, and the lookup reads the file."""
     log.warning("key index %s fails its checksum (damaged, or written before indexes had one): building it "
                 "again from %s", path, base_file)
     forget(path)

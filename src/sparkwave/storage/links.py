@@ -8,8 +8,8 @@ file is copied, which is still cheaper than writing the rows again.
 The linked files are in the table's order, not sorted by the state's key, and may hold columns the
 state does not keep (readers select the state's columns by name) and rows with a NULL join key
 (which never match). So the first compaction of the state is due at once (`is_linked`): it writes
-the copy sorted by key that lookups prune row groups by. A table past `LINK_MAX_ROWS` rows is not
-linked."""
+the copy sorted by key that lookups prune row groups by. A table too big for that is not linked
+(`policy.links_base`)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from sparkwave.core import policy
 from sparkwave.core.catalog import Relation
+from sparkwave.core.policy import LINK_MAX_ROWS  # re-exported: its old home
 from sparkwave.storage.store import Store
 
+__all__ = ["LINKED", "LINK_MAX_ROWS", "Linked", "is_linked", "link_base_files", "small_enough_to_link"]
+
 LINKED = "linked-"  # the name every linked base file starts with
-# Until its sorted copy exists, a lookup in a linked base reads all of it: 0.3 s per lookup at 1.2M
-# rows (against 0.02-0.15 s sorted), for the few epochs until the maintenance thread has compacted
-# it (1.5-2 s of work at 1.2M rows). Past this many rows those epochs would slow the pipeline for
-# longer than the backfill saves: the backfill writes the sorted copy itself.
-LINK_MAX_ROWS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -77,11 +76,11 @@ def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
 
 def small_enough_to_link(rt: Store, relation: str, epoch: int) -> bool:
     """Whether a backfill at `epoch` links `relation`'s files rather than write a sorted copy: its
-    snapshot has at most `LINK_MAX_ROWS` rows, counted exactly from the catalog (an append-only
+    snapshot is small enough (`policy.links_base`), its rows counted exactly from the catalog (an append-only
     table's files hold only inserts), so every chunk of the backfill, and a restart, decide alike."""
     base = rt.catalog.base_at(relation, epoch)
     logged = sum(n for _, n in rt.catalog.log_file_rows(relation, base.epoch if base else 0, epoch))
-    return (base.rows if base else 0) + logged <= LINK_MAX_ROWS
+    return policy.links_base((base.rows if base else 0) + logged)
 
 
 def _link(source: Path, dest: Path) -> None:

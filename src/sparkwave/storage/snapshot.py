@@ -17,20 +17,22 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from sparkwave.core import policy
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import VNODES, Op
-from sparkwave.core.local_frames import LOCAL_ROWS
+from sparkwave.core.policy import (  # re-exported: their old home
+    LOCAL_SNAPSHOT_BYTES,
+    LOCAL_SNAPSHOT_MEMORY,
+    REREAD_ROWS,
+)
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import empty_frame
 from sparkwave.storage.file_index import file_index
 from sparkwave.storage.integrity import check_rows, parquet_file, read_table, reading
 from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
 
-# Past this many bytes of Parquet, or of Arrow once decoded (repeated values compress well), a
-# snapshot is read by Spark: the driver holds what it reads, a few times over while overlaying it.
-LOCAL_SNAPSHOT_BYTES = 1 << 20
-LOCAL_SNAPSHOT_MEMORY = 32 << 20
-REREAD_ROWS = 1_000_000  # at most this many rows to overlay: a snapshot read again, not cached
+__all__ = ["LOCAL_SNAPSHOT_BYTES", "LOCAL_SNAPSHOT_MEMORY", "REREAD_ROWS", "changes", "local_snapshot",
+           "read_parquet", "rereads_cheaply", "snapshot", "vnode_rows"]
 
 
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:
@@ -86,9 +88,10 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
 
 
 def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> pa.Table | None:
-    """`snapshot`'s rows, read with pyarrow on the driver; None when its files hold more than
-    `LOCAL_SNAPSHOT_BYTES` (or decode to more than `LOCAL_SNAPSHOT_MEMORY`), when it needs no overlay
-    and its base has more than `LOCAL_ROWS` rows (Spark's plain scan is as fast: bench/RESULTS.md),
+    """`snapshot`'s rows, read with pyarrow on the driver; None when its files are too big for it
+    (`policy.snapshot_in_arrow`; or decode to more than `policy.LOCAL_SNAPSHOT_MEMORY`), when it needs
+    no overlay and its base is too big for a local relation (Spark's plain scan is as fast:
+    `policy.plain_scan_wins`, bench/RESULTS.md),
     or when a key column is a float (Spark's key equality folds NaNs and -0.0, Arrow's grouping does
     not). A file that retention removed meanwhile raises `FileNotFoundError`."""
     if any(pa.types.is_floating(c.type.arrow) for c in schema.columns if c.name in schema.key):
@@ -97,13 +100,13 @@ def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> p
     base_files = base.files if base else []
     logs = catalog.log_files(name, base.epoch if base else 0, epoch)
     log_files = [p for _, p in logs]
-    if sum(os.path.getsize(f) for f in [*base_files, *log_files]) > LOCAL_SNAPSHOT_BYTES:
+    if not policy.snapshot_in_arrow(sum(os.path.getsize(f) for f in [*base_files, *log_files])):
         return None
-    if base and base.rows > LOCAL_ROWS and (schema.append_only or not log_files):
+    if base and policy.plain_scan_wins(base.rows, overlay=not (schema.append_only or not log_files)):
         return None  # no overlay to compute: Spark's plain scan beats a local relation of that many rows
     check_rows(catalog, name, base, logs)
     target, log_target = base_arrow_schema(schema), log_arrow_schema(schema)
-    budget = [LOCAL_SNAPSHOT_MEMORY]
+    budget = [policy.LOCAL_SNAPSHOT_MEMORY]
     state, log = _read(base_files, target, budget), _read(log_files, log_target, budget)
     if state is None or log is None:
         return None
@@ -144,15 +147,15 @@ def _read(files: list[str], target: pa.Schema, budget: list[int]) -> pa.Table | 
 def rereads_cheaply(catalog: Catalog, name: str, schema: Schema, epoch: int) -> bool:
     """Whether reading the snapshot at `epoch` again costs less than Spark's in-memory cache of its
     rows: its files' rows as they are (append-only, or no log after the base), or a base and log of
-    at most `REREAD_ROWS` rows in all to overlay (shuffling that few costs less than building
-    the cache, which a process pays most before its code is compiled: Nexmark q4's 130,000 auctions,
-    all in the log, read twice rather than cached, CREATE 4.9-5.3 -> 4.1 s in the benchmark's order).
+    few rows in all to overlay (`policy.rereads`) (shuffling that few costs less than building
+    the cache, which a process pays most before its code is compiled: Nexmark q4's auctions, all in
+    the log, are read twice rather than cached).
     A larger overlay may shuffle its whole base: it is cached."""
     if schema.append_only:
         return True
     base = catalog.base_at(name, epoch)
     log = sum(n for _, n in catalog.log_file_rows(name, base.epoch if base else 0, epoch))
-    return log == 0 or (base.rows if base else 0) + log <= REREAD_ROWS
+    return log == 0 or policy.rereads((base.rows if base else 0) + log)
 
 
 def _in_range(df: DataFrame, vnodes: tuple[int, int] | None, where: SparkColumn | None = None) -> DataFrame:

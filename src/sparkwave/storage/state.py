@@ -26,7 +26,7 @@ def state_name(owner: str, suffix: str) -> str:
 
 
 def state_relations(rt: Store, owner: Relation) -> list[Relation]:
-    return [rt.relation(state_name(owner.name, s)) for s in owner.definition.get("states", [])]
+    return [rt.relation(state_name(owner.name, s)) for s in owner.spec.states]
 
 
 @dataclass

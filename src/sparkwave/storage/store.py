@@ -30,7 +30,7 @@ class Store:
         rel = self.catalog.relation(name)
         if rel is None:
             known = ", ".join(r.name for r in self.catalog.relations()) or "none"
-            raise CatalogError(f"unknown table or materialized view {name!r} (known: {known})")
+            raise CatalogError(f"unknown table or materialized view {name!r} (known: {known})", sqlstate="42P01")
         return rel
 
     def stored(self, rel: Relation) -> StoredTable:

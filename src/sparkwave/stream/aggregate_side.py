@@ -11,7 +11,8 @@ the aggregate alone stages them: one arrangement serving two operators, as Diffe
 and Materialize share arrangements.
 
 The planner decides it once (`Join.borrow_states`) and the stored plan records it (the aggregate's
-id per side), so a plan keeps the state tables it was created with."""
+id per side), so a plan keeps the state tables it was created with. A `JoinSide`
+(`stream/join_side.py`): it stages nothing and writes nothing from a snapshot."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from sparkwave.core.schema import Schema
 from sparkwave.core.zset_frames import q
 from sparkwave.stream.aggregate import Aggregate
-from sparkwave.stream.operator import FrameIO, Operator, States
+from sparkwave.stream.join_side import Near
+from sparkwave.stream.operator import FrameIO, Operator, SnapshotIO, States
 from sparkwave.stream.project import renames_below
 
 
@@ -32,6 +35,7 @@ class AggregateSide:
 
     agg: Aggregate
     names: dict[str, str]  # the side's column -> the aggregate's output column
+    links_table = False
 
     @staticmethod
     def of(side: Operator, keys: list[str]) -> AggregateSide | None:
@@ -51,6 +55,9 @@ class AggregateSide:
         """The state table the side reads: the aggregate's partials."""
         return self.agg.partials_state
 
+    def state_schema(self, side: Operator, key: list[str]) -> Schema | None:
+        return None  # the aggregate's partials are the side's state
+
     def lookup(self, states: States, by: list[str], keys: pa.Table) -> pa.Table:
         """The side's rows as of the previous epoch whose `by` columns match a row of `keys`."""
         group_by = [self.names[k] for k in by]
@@ -58,11 +65,23 @@ class AggregateSide:
         out = self.agg.finalize_table(partials)
         return pa.table({n: out[c] for n, c in self.names.items()})
 
-    def frame(self, io: FrameIO, near: tuple[DataFrame, str, str]) -> DataFrame:
+    def stage(self, states: States, changes: pa.Table) -> None:
+        """Nothing: the aggregate stages its partials."""
+
+    def frame(self, io: FrameIO, near: Near) -> DataFrame:
         """The side's rows as of `prev` near a change's keys (`FrameIO.state_rows`, `near`'s lead
         being a join key of the side)."""
         keys, column, lead = near
         return self.rows(io.state_rows(self.state, (keys, column, self.names[lead])))
+
+    def stage_frame(self, io: FrameIO, changes: DataFrame) -> None:
+        """Nothing: the aggregate stages its partials."""
+
+    def gather(self, io: SnapshotIO, rows: DataFrame, by: list[str]) -> None:
+        """Nothing: the aggregate's build writes its partials."""
+
+    def handed(self, stored: DataFrame, by: list[str]) -> DataFrame:
+        return self.rows(stored)
 
     def rows(self, partials: DataFrame) -> DataFrame:
         """The side's rows from the aggregate's partials (`| group | partials |`)."""

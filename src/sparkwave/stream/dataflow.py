@@ -19,21 +19,25 @@ that feeds more than one table is persisted, so writing every table evaluates ea
 maxima, say) is evaluated on the driver from that aggregate's output when the output is small, as
 `build_local` evaluates a small snapshot. A large stateful backfill is built in chunks
 (`stream/chunking.py`): `build_chunk` per vnode range of the driving scan, then `build_merge` adds
-up an aggregate's partials and evaluates what is above it (its top, if it is the tree's)."""
+up an aggregate's partials and evaluates what is above it (its top, if it is the tree's). Each
+build's `BuildPlan` is decided before it starts; which path runs for a size is `core/policy.py`'s."""
 
 from __future__ import annotations
 
 import functools
 import threading
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkwave.core import policy
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
+from sparkwave.core.policy import TOP_ROWS  # re-exported: its old home
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
 from sparkwave.core.zset import with_weight
@@ -46,11 +50,11 @@ from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.join import Join
 from sparkwave.stream.materialize import Materialize
-from sparkwave.stream.operator import VNODE, WEIGHT, EpochIO, FrameIO, Operator, SnapshotIO, collect
+from sparkwave.stream.operator import VNODE, WEIGHT, BuildPlan, EpochIO, FrameIO, Operator, SnapshotIO, collect
 from sparkwave.stream.plan import from_json, state_schemas
 from sparkwave.stream.values import Values
 
-TOP_ROWS = 100_000  # at most this many output rows of the top aggregate: what is above it runs on the driver
+__all__ = ["TOP_ROWS", "Built", "Dataflow", "Top", "TopTable", "resolved", "top_of"]
 
 
 class Dataflow:
@@ -113,21 +117,20 @@ class Dataflow:
                 out[e] = rows
         return out
 
-    def build(self, epoch: int, vnodes: tuple[int, int] | None = None, *, driver_rows: int = TOP_ROWS
-              ) -> dict[str, Built]:
+    def build(self, epoch: int, vnodes: tuple[int, int] | None = None, *,
+              big_epoch_rows: int = policy.BIG_EPOCH_ROWS) -> dict[str, Built]:
         """Every table of the MV (its own rows, then each state table) as `| _vnode | columns |`
         DataFrames over the upstreams' snapshots at `epoch` (a state linked from a table's files as
         `Linked`; the tables above the tree's top aggregate as `TopTable`s, evaluated on the driver
-        if that aggregate has at most `driver_rows` (`big_epoch_rows`) and `TOP_ROWS` rows: `Top`);
-        with `vnodes`, only the upstream rows
-        of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
+        if that aggregate's output is small: `policy.top_on_driver`, `Top`); with `vnodes`, only the
+        upstream rows of those vnodes (a stateless tree's chunk: each MV row comes from one upstream row)."""
         assert vnodes is None or self.root.stateless, "BUG: a stateful tree is chunked by build_chunk"
-        io = self._io(epoch, vnodes)
+        io = self._io(epoch, big_epoch_rows, vnodes)
         top = top_of(self.root)
         if top is None:
             return self._tables(io, self.root.batch(io))
         io.outputs[top.id] = top.batch(io)  # Spark evaluates the tree up to the aggregate, once
-        return self._with_top(io, top, driver_rows)
+        return self._with_top(io, top)
 
     @property
     def builds_locally(self) -> bool:
@@ -168,11 +171,10 @@ class Dataflow:
         (as `<table>#partial`) and the state below it; else the MV's rows and every state table's.
         `sides` hands the join sides that the first chunk wrote or linked (their state files, by
         suffix): a later chunk neither evaluates nor writes them again."""
-        io = self._io(epoch, vnodes, driving=plan.driving.id)
-        for suffix, files in sides.items():
-            schema = self._state_schemas[suffix]
-            io.sides[suffix] = read_parquet(self.rt.spark, base_spark_ddl(schema), files).select(
-                *[F.col(f"`{c}`") for c in schema.names])
+        schemas = self._state_schemas
+        handed = {suffix: read_parquet(self.rt.spark, base_spark_ddl(schemas[suffix]), files).select(
+            *[F.col(f"`{c}`") for c in schemas[suffix].names]) for suffix, files in sides.items()}
+        io = self._io(epoch, policy.BIG_EPOCH_ROWS, vnodes, driving=plan.driving.id, sides=handed)
         if plan.aggregate is None:
             return self._tables(io, self.root.batch(io))
         agg = plan.aggregate
@@ -182,13 +184,13 @@ class Dataflow:
         return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
 
     def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]], *,
-                    driver_rows: int = TOP_ROWS) -> dict[str, Built]:
+                    big_epoch_rows: int = policy.BIG_EPOCH_ROWS) -> dict[str, Built]:
         """The last chunk: the aggregate's partials and value counts of all chunks (their files, by
         table) added up, and the MV and every state table above the aggregate from them (on the
-        driver, if the aggregate is the tree's top and small: `build`'s `driver_rows`)."""
+        driver, if the aggregate is the tree's top and small: as in `build`)."""
         agg = plan.aggregate
         assert agg is not None, "BUG: only a plan with an aggregate merges"
-        io = self._io(epoch, None)
+        io = self._io(epoch, big_epoch_rows, None)
 
         def read(suffix: str) -> DataFrame:
             schema = self._state_schemas[suffix]
@@ -199,19 +201,17 @@ class Dataflow:
         io.outputs[agg.id] = agg.merge_partials(io, read(agg.partials_state), values)
         top = top_of(self.root)
         if top is not None and top.id == agg.id:  # (then no share below it is read above it)
-            return self._with_top(io, agg, driver_rows)
+            return self._with_top(io, agg)
         root = self.root.batch(io)
-        for op in agg.input.walk():  # the chunks wrote these: a shared one (`Share`) is also read above
-            for suffix in op.state_tables():
-                io.state_rows.pop(suffix, None)
-                io.links.pop(suffix, None)
+        # the chunks wrote these: a shared one (`Share`) is also read above
+        io.forget_states([suffix for op in agg.input.walk() for suffix in op.state_tables()])
         return self._tables(io, root)
 
-    def _with_top(self, io: SnapshotIO, top: Aggregate, driver_rows: int) -> dict[str, Built]:
+    def _with_top(self, io: SnapshotIO, top: Aggregate) -> dict[str, Built]:
         """The tables below the tree's top aggregate, which `io` gathered (the aggregate's output is
         in `io.outputs`), and the top's as `TopTable`s: the MV's first, so that its writer starts the
         top at once; the top's others wait for it, so they come after the tables below."""
-        tops = Top(self, io, top, min(TOP_ROWS, driver_rows))
+        tops = Top(self, io, top)
         below = self._tables(io, None)
         first, *others = tops.names
         return {first: TopTable(tops, first), **below, **{name: TopTable(tops, name) for name in others}}
@@ -220,10 +220,14 @@ class Dataflow:
     def _state_schemas(self) -> dict[str, Schema]:
         return state_schemas(self.root)
 
-    def _io(self, epoch: int, vnodes: tuple[int, int] | None, driving: int | None = None) -> SnapshotIO:
+    def _io(self, epoch: int, big_epoch_rows: int, vnodes: tuple[int, int] | None, driving: int | None = None,
+            sides: dict[str, DataFrame] | None = None) -> SnapshotIO:
+        """A build's IO over its `BuildPlan`, decided here once."""
         tables = {t.relation for op in self.root.walk() if isinstance(op, Join) for t in op.table_sides.values()}
-        io = SnapshotIO(self.rt, epoch, vnodes, driving,
-                        linkable=frozenset(t for t in tables if small_enough_to_link(self.rt, t, epoch)))
+        plan = BuildPlan(epoch, big_epoch_rows, vnodes, driving,
+                         linkable=frozenset(t for t in tables if small_enough_to_link(self.rt, t, epoch)),
+                         sides=MappingProxyType(dict(sides or {})))
+        io = SnapshotIO(self.rt, plan)
         self._builds.append(io)
         return io
 
@@ -271,15 +275,15 @@ def top_of(root: Operator) -> Aggregate | None:
 class Top:
     """The tables above a tree's top aggregate (`top_of`): the MV's and its operators' state
     tables. Spark's build of them is a chain of small jobs (each level persisted, then read by each
-    table it feeds), so when the aggregate's output has at most `top_rows` rows it is collected,
+    table it feeds), so when the aggregate's output is small (`policy.top_on_driver`) it is collected,
     and the operators above it run on the driver as one epoch of inserts from empty state (as
     `build_local` runs a small snapshot): their tables are written from Arrow with no Spark job.
     Else Spark builds them as any other table. Evaluated once, when a writer first asks for one of
     them (`TopTable.resolve`), so that the other tables' writes start meanwhile; if it fails, every
     writer of its tables fails with the same error rather than evaluating it again."""
 
-    def __init__(self, flow: Dataflow, io: SnapshotIO, aggregate: Aggregate, top_rows: int) -> None:
-        self.flow, self.io, self.aggregate, self.top_rows = flow, io, aggregate, top_rows
+    def __init__(self, flow: Dataflow, io: SnapshotIO, aggregate: Aggregate) -> None:
+        self.flow, self.io, self.aggregate = flow, io, aggregate
         below = {op.id for op in aggregate.walk()}
         self.suffixes = [suffix for op in flow.root.walk() if op.id not in below for suffix in op.state_tables()]
         self.names = [flow.rel.name, *[state_name(flow.rel.name, x) for x in self.suffixes]]
@@ -304,8 +308,9 @@ class Top:
 
     def _evaluate(self) -> dict[str, Built | pa.Table]:
         rows = self.io.outputs[self.aggregate.id]
-        given = collect(rows.limit(self.top_rows + 1), self.aggregate.arrow_schema())  # no count first
-        if given.num_rows <= self.top_rows:
+        big_epoch_rows = self.io.plan.big_epoch_rows
+        given = collect(rows.limit(policy.top_limit(big_epoch_rows) + 1), self.aggregate.arrow_schema())  # no count
+        if policy.top_on_driver(given.num_rows, big_epoch_rows):
             schemas = {x: self.flow._state_schemas[x] for x in self.suffixes}
             states = EmptyStateIO(self.flow.rt, self.flow.rel.name, prev=0, epoch=self.io.epoch, schemas=schemas)
             io = EpochIO(self.flow.rt, {}, states, given={self.aggregate.id: with_weight(given, 1)})

@@ -14,10 +14,11 @@ side's join key to NULL on rows that fail the ON clause's conditions on that sid
 From a snapshot, each side's frame is both its state table's rows and the join's input, so it is
 evaluated once (`SnapshotIO.once`).
 
-A side that is an aggregate's output keeps no state table: it reads the aggregate's partials
-(`stream/aggregate_side.py`, `Join.aggregate_sides`). A side that is an append-only table's rows
-keeps them under the table's column names, so that a backfill links the table's files as its state
-(`stream/table_side.py`, `Join.table_sides`)."""
+Where a side's rows live is the side's own (`Join.side`, a `JoinSide`: `stream/join_side.py`): a
+state table of the join's (`OwnState`); a side that is an aggregate's output keeps no state table
+and reads the aggregate's partials (`stream/aggregate_side.py`, `Join.aggregate_sides`); a side that
+is an append-only table's rows keeps them under the table's column names, so that a backfill links
+the table's files as its state (`stream/table_side.py`, `Join.table_sides`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.core.zset_frames import apply_frame, net_frame, q, semi, union_all, weighted
 from sparkwave.stream.aggregate_side import AggregateSide
-from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States, state_schema
+from sparkwave.stream.join_side import JoinSide, OwnState, matchable
+from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States
 from sparkwave.stream.table_side import TableSide
 
 JoinType = Literal["inner", "left", "right", "full"]
@@ -116,29 +118,22 @@ class Join(Operator):
     def _side_and_keys(self, side: Side) -> tuple[Operator, list[str]]:
         return (self.left, self.left_keys) if side == "left" else (self.right, self.right_keys)
 
+    def side(self, side: Side) -> JoinSide:
+        """Where a side's rows live: the aggregate's partials it reads, the table's rows it keeps, or
+        a state table of its own."""
+        return self.aggregate_sides.get(side) or self.table_sides.get(side) or OwnState(self._state(side))
+
     def _lookup(self, states: States, side: Side, keys: pa.Table) -> pa.Table:
         """A side's rows as of the previous epoch whose join keys match a row of `keys` (named by
         the side's join keys)."""
-        by = self._side_and_keys(side)[1]
-        if (agg := self.aggregate_sides.get(side)) is not None:
-            return agg.lookup(states, by, keys)
-        if (table := self.table_sides.get(side)) is not None:
-            return table.lookup(states, by, keys)
-        return states.lookup(self._state(side), by, keys)
-
-    def _stage(self, states: States, side: Side, changes: pa.Table) -> None:
-        if (table := self.table_sides.get(side)) is not None:
-            changes = table.stored(changes)
-        if side not in self.aggregate_sides:
-            states.stage(self._state(side), changes)
+        return self.side(side).lookup(states, self._side_and_keys(side)[1], keys)
 
     def _state(self, side: Side) -> str:
         return self.left_state if side == "left" else self.right_state
 
     def handed_state(self, side: Side) -> str:
         """The state table whose files carry a side's rows to a backfill's later chunks."""
-        agg = self.aggregate_sides.get(side)
-        return agg.state if agg is not None else self._state(side)
+        return self.side(side).state
 
     def prune(self, needed: set[str]) -> None:
         keep = needed | set(self.key)
@@ -159,10 +154,8 @@ class Join(Operator):
         out: dict[str, Schema] = {}
         for side in SIDES:
             op, keys = self._side_and_keys(side)
-            if (table := self.table_sides.get(side)) is not None:
-                out[self._state(side)] = table.schema(op, keys + op.key)
-            elif side not in self.aggregate_sides:
-                out[self._state(side)] = state_schema(op.columns, keys + op.key)
+            if (schema := self.side(side).state_schema(op, keys + op.key)) is not None:
+                out[self._state(side)] = schema
         return out
 
     @classmethod
@@ -202,8 +195,8 @@ class Join(Operator):
         l_old = self._lookup(states, "left", keys).select(left_schema.names).cast(left_schema)
         r_old = self._lookup(states, "right", keys.rename_columns(rk)).select(right_schema.names).cast(right_schema)
         l_new, r_new = apply_zset(l_old, dl), apply_zset(r_old, dr)
-        self._stage(states, "left", dl)
-        self._stage(states, "right", dr)
+        self.side("left").stage(states, dl)
+        self.side("right").stage(states, dr)
         before, after = self._join(l_old, r_old), self._join(l_new, r_new)
         out = pa.concat_tables([with_weight(before, -1), with_weight(after, 1).cast(with_weight(before, -1).schema)]
                                + [p.cast(with_weight(before, -1).schema) for p in padded])
@@ -219,8 +212,8 @@ class Join(Operator):
             else right_schema.empty_table()
         l_old = self._lookup(states, "left", distinct(dr, rk).rename_columns(lk)) if dr.num_rows \
             else left_schema.empty_table()
-        self._stage(states, "left", dl)
-        self._stage(states, "right", dr)
+        self.side("left").stage(states, dl)
+        self.side("right").stage(states, dr)
         parts = [self._weighted(dl, with_weight(r_old.select(right_schema.names).cast(right_schema), 1)),
                  self._weighted(with_weight(l_old.select(left_schema.names).cast(left_schema), 1), dr),
                  self._weighted(dl, dr)]
@@ -276,11 +269,7 @@ class Join(Operator):
 
     def _state_frame(self, io: FrameIO, side: Side, near: tuple[DataFrame, str, str]) -> DataFrame:
         """A side's rows as of `prev` near a change's keys (`FrameIO.state_rows`)."""
-        if (agg := self.aggregate_sides.get(side)) is not None:
-            return agg.frame(io, near)
-        if (table := self.table_sides.get(side)) is not None:
-            return table.frame(io, near)
-        return io.state_rows(self._state(side), near)
+        return self.side(side).frame(io, near)
 
     def _side_change(self, io: FrameIO, d: DataFrame | None, side: Side, padded: list[DataFrame]) -> DataFrame | None:
         """A side's change (persisted), its rows with a NULL join key padded into `padded` if the
@@ -291,11 +280,8 @@ class Join(Operator):
         keys = self._side_and_keys(side)[1]
         if self.join_type in (side, "full"):  # a preserved side
             padded.append(self._pad_frame(d.where(_any_null(keys)), self.right if side == "left" else self.left))
-        d = _matchable(d, keys)
-        if (table := self.table_sides.get(side)) is not None:
-            io.stage_frame(self._state(side), table.stored_frame(d))
-        elif side not in self.aggregate_sides:
-            io.stage_frame(self._state(side), d)
+        d = matchable(d, keys)
+        self.side(side).stage_frame(io, d)
         return d
 
     def _weighted_frame(self, left: DataFrame, right: DataFrame) -> DataFrame:
@@ -325,35 +311,18 @@ class Join(Operator):
         return self._join_frames(self._side(io, "left"), self._side(io, "right"))
 
     def _side(self, io: SnapshotIO, side: Side) -> DataFrame:
-        """A side's rows, and its state table's. A side handed over by an earlier chunk (its state
-        as written then: only matchable rows, which is all a side the join does not preserve needs;
-        a borrowed side's aggregate's partials) is neither evaluated nor written again. A table's rows
-        are linked as their state (`SnapshotIO.links`), by the first chunk of a backfill their scan
-        drives, unless the table is too big for it (`SnapshotIO.linkable`)."""
+        """A side's rows, and its state's (`JoinSide.gather`). A side handed over by an earlier chunk
+        (its state as written then: only matchable rows, which is all a side the join does not
+        preserve needs; a borrowed side's aggregate's partials) is neither evaluated nor written again."""
         op, keys = self._side_and_keys(side)
-        handed = self.handed_state(side)
-        agg, table = self.aggregate_sides.get(side), self.table_sides.get(side)
-        if handed in io.sides:
-            if agg is not None:
-                return agg.rows(io.sides[handed])
-            return io.sides[handed] if table is None else _matchable(table.rows(io.sides[handed]), keys)
+        kept = self.side(side)
+        if (stored := io.plan.sides.get(kept.state)) is not None:
+            return kept.handed(stored, keys)
         rows = io.once(op)
-        if table is None and self.table_sides.get(_OTHER[side]) is not None:
+        if not kept.links_table and self.side(_OTHER[side]).links_table:
             io.size_first(op, rows)
-        if table is not None and table.relation in io.linkable:
-            if io.vnodes is None or io.driving != table.scan or io.vnodes[0] == 0:
-                io.links[handed] = table.relation
-        elif table is not None:
-            io.state_rows[handed] = table.stored_frame(_matchable(rows, keys))
-        elif agg is None:
-            io.state_rows[handed] = _matchable(rows, keys)
+        kept.gather(io, rows, keys)
         return rows
-
-
-def _matchable(rows: DataFrame, keys: list[str]) -> DataFrame:
-    """A side's rows that its state keeps: as per epoch, a row with a NULL join key is not stored (it
-    never matches; a preserved side's such rows are NULL-padded from the change alone)."""
-    return rows.where(" AND ".join(f"`{k}` IS NOT NULL" for k in keys))
 
 
 def _any_null(keys: list[str]) -> SparkColumn:

@@ -15,13 +15,18 @@ Each operator is evaluated three ways:
   change is too big for the driver: state lookups are joins of the change with the state tables'
   snapshots, and the executors write the new state rows and the output (`FrameIO`).
 - **from a snapshot** (`batch`): its whole output as a Spark DataFrame over the upstreams'
-  snapshots, with its state tables' rows put in the `SnapshotIO`."""
+  snapshots, with its state tables' rows put in the `SnapshotIO`, which a `BuildPlan` decided once
+  before the build describes.
+
+Which evaluation runs for a size is `core/policy.py`'s decision."""
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
@@ -30,8 +35,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
+from sparkwave.core import policy
 from sparkwave.core.chunk import vnode_sql
-from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, to_arrow
+from sparkwave.core.local_frames import local_frame, to_arrow
 from sparkwave.core.schema import Column, Schema, SqlType
 from sparkwave.core.zset import W
 from sparkwave.core.zset_frames import key_range, log_ops, net_frame
@@ -109,8 +115,8 @@ class EpochIO:
 
 def held_log(spark: SparkSession, schema: Schema, rows: pa.Table) -> DataFrame | None:
     """A relation's log rows of an epoch that the driver holds, as a local frame when they are few
-    (`LOCAL_ROWS`): read without a file scan, and collected without a job (`to_arrow`)."""
-    if rows.num_rows > LOCAL_ROWS:
+    (`policy.runs_locally`): read without a file scan, and collected without a job (`to_arrow`)."""
+    if not policy.runs_locally(rows.num_rows):
         return None
     target = log_arrow_schema(schema)
     return local_frame(spark, rows.select(target.names).cast(target), log_spark_ddl(schema))
@@ -178,28 +184,38 @@ class FrameIO(EpochIO):
         self.shared_frames.clear()
 
 
-@dataclass
-class SnapshotIO:
-    """What a snapshot build reads and gathers: the upstreams' snapshots at `epoch` and each state
-    table's rows by suffix, or the table whose snapshot files are its rows (`links`: a join side
-    that is an append-only table's rows). A frame that feeds more than one table is persisted
-    (`shared`), so writing every table evaluates each subtree once.
+@dataclass(frozen=True)
+class BuildPlan:
+    """What a snapshot build is, decided once before it (`Dataflow`): the `epoch` of the upstreams'
+    snapshots; for a chunk of a backfill, the `vnodes` whose rows it reads, of every scan in a
+    stateless tree, of the `driving` scan alone in a stateful one (`stream/chunking.py`); the
+    tables whose files a join side may link as its state (`linkable`: `policy.links_base`); the join
+    sides an earlier chunk wrote (`sides`: a side's state rows by suffix, or its aggregate's partials
+    for a side read from them), which the chunk neither evaluates nor writes again; and the
+    `big_epoch_rows` setting, which bounds what the driver evaluates above the tree's top aggregate
+    (`policy.top_on_driver`)."""
 
-    A chunk of a backfill reads only the rows of `vnodes`: of every scan in a stateless tree, of the
-    `driving` scan alone in a stateful one (`stream/chunking.py`). A chunk may be handed a join
-    side's rows (`sides`, by the side's state suffix, or its aggregate's partials for a side read
-    from them) or an operator's whole output (`outputs`, by
-    operator id: an aggregate's from merged partials, a share's first evaluation) computed before,
-    instead of evaluating that subtree again."""
-
-    rt: Store
     epoch: int
+    big_epoch_rows: int = policy.BIG_EPOCH_ROWS
     vnodes: tuple[int, int] | None = None
     driving: int | None = None
-    sides: dict[str, DataFrame] = field(default_factory=dict)
+    linkable: frozenset[str] = frozenset()
+    sides: Mapping[str, DataFrame] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass
+class SnapshotIO:
+    """What a snapshot build (its `plan`) reads and gathers: the upstreams' snapshots and each state
+    table's rows by suffix, or the table whose snapshot files are its rows (`links`: a join side
+    that is an append-only table's rows). A frame that feeds more than one table is persisted
+    (`shared`), so writing every table evaluates each subtree once. An operator's whole output
+    computed once is kept in `outputs` (by operator id: a share's first evaluation, an aggregate's
+    from merged partials or the build's top's input), so it is not evaluated again."""
+
+    rt: Store
+    plan: BuildPlan
     outputs: dict[int, DataFrame] = field(default_factory=dict)
     state_rows: dict[str, DataFrame] = field(default_factory=dict)
-    linkable: frozenset[str] = frozenset()  # the tables whose files a join side may link as its state
     links: dict[str, str] = field(default_factory=dict)  # state suffix -> the table whose files are its rows
     persisted: list[DataFrame] = field(default_factory=list)
     sized: list[DataFrame] = field(default_factory=list)  # computed before the writes are planned (`size_first`)
@@ -208,10 +224,28 @@ class SnapshotIO:
     def spark(self) -> SparkSession:
         return self.rt.spark
 
+    @property
+    def epoch(self) -> int:
+        return self.plan.epoch
+
     def snapshot(self, relation: str, scan: int) -> DataFrame:
-        """The snapshot a scan (operator id `scan`) reads: restricted to `vnodes` where it drives the chunk."""
-        vnodes = self.vnodes if self.driving is None or self.driving == scan else None
-        return self.rt.snapshot(self.rt.relation(relation), self.epoch, vnodes)
+        """The snapshot a scan (operator id `scan`) reads: restricted to the plan's vnodes where it
+        drives the chunk."""
+        plan = self.plan
+        vnodes = plan.vnodes if plan.driving is None or plan.driving == scan else None
+        return self.rt.snapshot(self.rt.relation(relation), plan.epoch, vnodes)
+
+    def links_first(self, scan: int) -> bool:
+        """Whether this build links a table's files as a join side's state, the side's table being
+        read by scan `scan`: a whole build, or a chunk that the scan does not drive, or the first."""
+        plan = self.plan
+        return plan.vnodes is None or plan.driving != scan or plan.vnodes[0] == 0
+
+    def forget_states(self, suffixes: list[str]) -> None:
+        """Write none of these state tables (a merge chunk: the chunks wrote them)."""
+        for suffix in suffixes:
+            self.state_rows.pop(suffix, None)
+            self.links.pop(suffix, None)
 
     def shared(self, df: DataFrame) -> DataFrame:
         self.persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
@@ -220,9 +254,8 @@ class SnapshotIO:
     def once(self, op: Operator) -> DataFrame:
         """`op`'s output for more than one use: persisted (evaluated once), unless Spark computes it
         again for less than caching costs: projections (and shares) over snapshots that read again
-        cheaply (`Store.rereads_cheaply`: q7's 1.7M-row bid side, a CREATE 6.1 -> 4.1 s) or constant
-        rows, or over an aggregate, whose partials are persisted (q5's 7.3M-row join side and max
-        input are not cached twice more)."""
+        cheaply (`Store.rereads_cheaply`: q7's bid side) or constant rows, or over an aggregate, whose
+        partials are persisted (q5's join side and max input are not cached twice more)."""
         rows = op.batch(self)
         below = _below_projections(op)
         if below.keeps_state:

@@ -14,7 +14,7 @@ on their way in and out; a row with a NULL join key, which the state would not k
 linked files but never matches a key.
 
 The planner decides it once (`Join.link_tables`) and the stored plan records it (the table per
-side), so a plan keeps the state tables it was created with."""
+side), so a plan keeps the state tables it was created with. A `JoinSide` (`stream/join_side.py`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from pyspark.sql import DataFrame
 
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset_frames import q
-from sparkwave.stream.operator import FrameIO, Operator, States, column_ref, state_schema
+from sparkwave.stream.join_side import Near, matchable
+from sparkwave.stream.operator import FrameIO, Operator, SnapshotIO, States, column_ref, state_schema
 from sparkwave.stream.project import renames_below
 from sparkwave.stream.scan import Scan
 
@@ -38,6 +39,7 @@ class TableSide:
     scan: int  # the scan's operator id: a backfill chunk it drives links the table's files if it is the first
     state: str
     names: dict[str, str]  # the side's column -> the table's column
+    links_table = True
 
     @staticmethod
     def of(side: Operator, state: str) -> TableSide | None:
@@ -56,7 +58,7 @@ class TableSide:
             return None  # two side columns of one table column: the state would name it twice
         return TableSide(scan.relation, scan.id, state, mapped)
 
-    def schema(self, side: Operator, key: list[str]) -> Schema:
+    def state_schema(self, side: Operator, key: list[str]) -> Schema | None:
         """The state table's schema: the side's columns and `key` (the join keys, then the side's
         row key) under the table's names."""
         return state_schema([(self.names[n], t) for n, t in side.columns], [self.names[k] for k in key])
@@ -71,15 +73,34 @@ class TableSide:
         rows = states.lookup(self.state, stored_by, keys.select(by).rename_columns(stored_by))
         return pa.table({n: rows[c] for n, c in self.names.items()})
 
+    def stage(self, states: States, changes: pa.Table) -> None:
+        states.stage(self.state, self.stored(changes))
+
     def stored_frame(self, rows: DataFrame) -> DataFrame:
         """A side's rows or change frame (`| columns | _w |`) as the state stores them."""
         return rows.select(*[q(c).alias(self.names.get(c, c)) for c in rows.columns])
 
-    def frame(self, io: FrameIO, near: tuple[DataFrame, str, str]) -> DataFrame:
+    def frame(self, io: FrameIO, near: Near) -> DataFrame:
         """The side's rows as of `prev` near a change's keys (`FrameIO.state_rows`, `near`'s lead
         being a join key of the side)."""
         keys, column, lead = near
         return self.rows(io.state_rows(self.state, (keys, column, self.names[lead])))
+
+    def stage_frame(self, io: FrameIO, changes: DataFrame) -> None:
+        io.stage_frame(self.state, self.stored_frame(changes))
+
+    def gather(self, io: SnapshotIO, rows: DataFrame, by: list[str]) -> None:
+        """The table's files linked as the state (`SnapshotIO.links`), by the first chunk of a
+        backfill the table's scan drives, unless the table is too big for it (`BuildPlan.linkable`);
+        else its rows written under the table's names."""
+        if self.relation in io.plan.linkable:
+            if io.links_first(self.scan):
+                io.links[self.state] = self.relation
+        else:
+            io.state_rows[self.state] = self.stored_frame(matchable(rows, by))
+
+    def handed(self, stored: DataFrame, by: list[str]) -> DataFrame:
+        return matchable(self.rows(stored), by)
 
     def rows(self, stored: DataFrame) -> DataFrame:
         """The side's rows from the state's (`| columns |` under the table's names)."""

@@ -1,0 +1,42 @@
+"""What one epoch of the main graph carries while its relations execute: the plan it runs, each
+relation's log rows as they are made, and what the relations hand each other on the way (a
+source's rows, the chains its read computed, local frames of small changes). The barrier loop
+(`meta/barrier/`) makes one per epoch and commits from it; `stream/execute.py` fills it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from sparkwave.core.catalog import Relation
+from sparkwave.storage.table import StagedLog
+from sparkwave.stream.bad_records import BadRecords
+
+DmlBatch: TypeAlias = tuple[int, str, str, int]  # a staged DML batch the epoch takes: (id, relation, file, rows)
+DmlBatches: TypeAlias = Sequence[DmlBatch]  # the catalog's rows are named tuples of these fields
+
+
+@dataclass
+class EpochWork:
+    epoch: int
+    prev: int
+    plan: dict
+    chunks: dict[str, pa.Table | StagedLog | None] = field(default_factory=dict)
+    big_rows: int = 0  # a step with a change of more rows than this runs on the executors
+    more: bool = False  # staged DML is left for the next epoch
+    bad: BadRecords = field(default_factory=BadRecords)  # bad source records, committed with the epoch
+    held: dict[str, DataFrame | None] = field(default_factory=dict)  # log rows as local frames, shared by MVs
+    relations: list[Relation] = field(default_factory=list)  # executed this epoch, upstreams first
+    fused: dict[str, dict[int, pa.Table]] = field(default_factory=dict)  # chains read with a source, by MV
+    unwritten: dict[str, pa.Table] = field(default_factory=dict)  # a source's rows whose file no MV needed yet
+    file_locks: dict[str, threading.Lock] = field(default_factory=dict)  # one per source in `unwritten`
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def source_ranges(self, name: str) -> dict[str, list[int]]:
+        """The offset ranges the plan reads from relation `name`'s connector (none: empty)."""
+        return self.plan.get("sources", {}).get(name, {})

@@ -1,0 +1,185 @@
+"""One relation's step of an epoch: a table's intents (source rows, DML) into consistent log rows,
+an MV's operator tree over its upstreams' log rows of the epoch. Each step stages the relation's
+log file (committed later by the barrier loop, `meta/barrier/`, which decides what runs when): in
+memory, or only a file the executors wrote when the change is big (over `big_epoch_rows`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeAlias
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.storagelevel import StorageLevel
+
+from sparkwave.connectors import Connector
+from sparkwave.connectors.base import ERROR, RAW
+from sparkwave.core import policy
+from sparkwave.core.catalog import Relation
+from sparkwave.core.chunk import Op, with_vnode
+from sparkwave.core.local_frames import to_arrow
+from sparkwave.storage import snapshot as snap
+from sparkwave.storage.lookup import lookup
+from sparkwave.storage.store import Store
+from sparkwave.storage.table import StagedLog
+from sparkwave.stream import bad_records, fusion
+from sparkwave.stream.dataflow import Dataflow
+from sparkwave.stream.epoch_work import DmlBatches, EpochWork
+from sparkwave.stream.fused_read import read_fused
+from sparkwave.stream.materialize import materialize_table, materialize_table_frame
+from sparkwave.stream.operator import held_log
+
+Step: TypeAlias = pa.Table | StagedLog | None  # a relation's log rows of the epoch (None: no change)
+ConnectorOf: TypeAlias = Callable[[Relation], Connector | None]  # the barrier loop's cached connector of a relation
+
+
+class Executor:
+    """Executes relations of an epoch against the store; `connector` gives a relation's source
+    connector (the meta layer's, cached for the barrier loop's thread)."""
+
+    def __init__(self, store: Store, connector: ConnectorOf) -> None:
+        self.store = store
+        self.connector = connector
+
+    def execute(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> Step:
+        """The relation's log rows for the epoch, staged as its log file. A source's file (it commits
+        none) is written only if an MV reads it (`_source_file`)."""
+        if rel.kind == "mv":
+            # Recomputed even on a replay (it is deterministic: state as of the previous epoch), so
+            # that its state tables' staged files exist whichever of its commits had happened.
+            return self._mv_step(rel, e)
+        stored = self.store.stored(rel)
+        if rel.kind != "source" and stored.log_committed(e.epoch):  # a source is read again: it keeps nothing
+            e.bad.reread(rel.name, self.connector(rel), self.store.spark, e.source_ranges(rel.name))
+            return stored.staged(e.epoch)
+        overwrites = rel.definition.get("on_conflict", "overwrite") == "overwrite"
+        if policy.is_big_epoch(_rows_in(rel, e, dml), e.big_rows) and overwrites:
+            staged = self._table_step_frame(rel, e, dml)
+            return staged if staged is not None and staged.num_rows else None
+        chunk = self._table_step(rel, e, dml)
+        if chunk is not None and chunk.num_rows > 0:
+            if rel.kind == "source":  # its file only for an MV that reads it (`_source_file`)
+                with e.lock:
+                    e.file_locks[rel.name] = threading.Lock()
+                    e.unwritten[rel.name] = chunk
+            else:
+                stored.stage_log(e.epoch, chunk)
+        return chunk
+
+    def _intents(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> DataFrame | None:
+        """A table's intents of the epoch (source rows and DML batches) with their vnodes."""
+        spark = self.store.spark
+        parts: list[DataFrame] = []
+        ranges = e.source_ranges(rel.name)
+        if ranges:
+            conn = self.connector(rel)
+            assert conn is not None, f"BUG: plan has source offsets for {rel.name!r}, which has no connector"
+            rows = conn.read(spark, ranges)
+            if "on_conflict" in rel.definition:  # a connector's rows are inserts, which the rule applies to
+                rows = rows.withColumn("_op", F.when(F.col("_op") == int(Op.UPDATE_INSERT), F.lit(int(Op.INSERT)))
+                                       .otherwise(F.col("_op")).cast("tinyint"))
+            parts.append(rows)
+        files = [path for _, r, path, _ in dml if r == rel.name]
+        if files:
+            parts.append(snap.read_parquet(spark, "_op tinyint, _seq bigint, " + rel.schema.spark_ddl(), files))
+        if not parts:
+            return None
+        intents = parts[0]
+        for p in parts[1:]:
+            intents = intents.unionByName(p, allowMissingColumns=True)
+        keep = (ERROR, RAW) if ERROR in intents.columns else ()
+        return with_vnode(intents, rel.schema, keep)
+
+    def _table_step(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> pa.Table | None:
+        """A table's intents of the epoch as consistent log rows, on the driver."""
+        intents = self._intents(rel, e, dml)
+        if intents is None:
+            return None
+        rows = read_fused(self.store, rel, e, intents) if rel.kind == "source" else to_arrow(intents)
+        chunk = e.bad.set_aside(rel.name, self.connector(rel) if ERROR in rows.column_names else None, rows)
+        return materialize_table(chunk, rel.schema, e.epoch,
+                                 lambda keys: lookup(self.store.catalog, rel.name, rel.schema, e.prev, keys),
+                                 rel.definition.get("on_conflict", "overwrite"))
+
+    def _table_step_frame(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> StagedLog | None:
+        """`_table_step` for a big epoch: the executors join the intents with the table as of the
+        previous epoch and write the log file; the driver sees only bad records."""
+        intents = self._intents(rel, e, dml)
+        if intents is None:
+            return None
+        if ERROR in intents.columns:  # read once: counted, sampled and written
+            intents = intents.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if ERROR in intents.columns:
+                bad = intents.where(F.col(ERROR).isNotNull())
+                found = bad.count()
+                if found:
+                    first = bad.select("_seq", ERROR, RAW).orderBy("_seq").limit(bad_records.MAX_BAD_RECORDS_KEPT)
+                    conn = self.connector(rel)
+                    assert conn is not None, f"BUG: bad records in {rel.name!r}, which has no connector"
+                    e.bad.keep(rel.name, conn, first.toArrow(), found)
+                good = intents.where(F.col(ERROR).isNull()).drop(ERROR, RAW)
+            else:
+                good = intents
+            current = None if rel.schema.append_only else self.store.snapshot(rel, e.prev)
+            return self.store.stored(rel).stage_log_frame(e.epoch, materialize_table_frame(good, current, rel.schema))
+        finally:
+            intents.unpersist()
+
+    def _mv_step(self, rel: Relation, e: EpochWork) -> Step:
+        changed = {u: c.num_rows for u in rel.upstreams if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
+        if not changed:
+            return None
+        inputs = {u: [self.store.stored(self.store.relation(u)).log_file_path(e.epoch)] for u in changed}
+        flow = Dataflow(self.store, rel)
+        big = policy.is_big_epoch(sum(changed.values()), e.big_rows) and flow.on_spark
+        fused = {u for u in changed if fusion.covers(flow.root, u, e.fused.get(rel.name, {}))}
+        chunk: Step
+        if big:
+            for u in changed:
+                self._source_file(e, u)
+            chunk, staged = flow.step_frame(e.epoch, e.prev, inputs)
+            e.chunks.update(staged)
+        else:
+            held = {u: f for u in changed if u not in fused and (f := self._held(e, u)) is not None}
+            for u in changed:
+                if u not in fused and u not in held:
+                    self._source_file(e, u)
+            chunk, tables = flow.step(e.epoch, e.prev, inputs, held, e.fused.get(rel.name))
+            if chunk is not None and chunk.num_rows > 0:
+                self.store.stored(rel).stage_log(e.epoch, chunk)
+            e.chunks.update(tables)
+        e.chunks[rel.name] = chunk
+        return chunk
+
+    def _source_file(self, e: EpochWork, name: str) -> None:
+        """Write a source's rows of the epoch as its (transient) log file, once, for an MV that reads
+        the file: one whose scans of it its read did not all compute (`read_fused`) and that the
+        driver does not hand them as a local frame, or a big epoch's. A no-op for any other relation."""
+        lock = e.file_locks.get(name)
+        if lock is None:
+            return
+        with lock:
+            if (rows := e.unwritten.get(name)) is not None:
+                self.store.stored(self.store.relation(name)).stage_log(e.epoch, rows, transient=True)
+                del e.unwritten[name]
+
+    def _held(self, e: EpochWork, name: str) -> DataFrame | None:
+        """The relation's log rows of the epoch as one local frame for every MV reading them, if the
+        driver holds them and they are few (`held_log`)."""
+        with e.lock:
+            if name in e.held:
+                return e.held[name]
+        rows = e.chunks.get(name)  # built outside the lock: two MVs may both build it; one is kept
+        frame = held_log(self.store.spark, self.store.relation(name).schema, rows) if isinstance(rows, pa.Table) \
+            else None
+        with e.lock:
+            return e.held.setdefault(name, frame)
+
+
+def _rows_in(rel: Relation, e: EpochWork, dml: DmlBatches) -> int:
+    """The rows of a table's intents this epoch: its DML batches and source ranges."""
+    return sum(n for _, r, _, n in dml if r == rel.name) + sum(end - start for start, end in
+                                                                 e.source_ranges(rel.name).values())

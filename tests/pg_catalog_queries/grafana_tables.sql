@@ -1,0 +1,2 @@
+-- Grafana PostgreSQL data source: the table list of its query editor (reconstructed from Grafana's source, not captured)
+SELECT quote_ident(table_name) AS "table" FROM information_schema.tables WHERE ( table_schema IN ( SELECT CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END FROM generate_series( array_lower(string_to_array(current_setting('search_path'),','),1), array_upper(string_to_array(current_setting('search_path'),','),1) ) as i, string_to_array(current_setting('search_path'),',') s ) AND table_type = 'BASE TABLE') ORDER BY table_name

@@ -1,0 +1,2 @@
+-- psycopg: psycopg_connect
+select 1

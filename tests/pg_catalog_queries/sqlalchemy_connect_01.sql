@@ -1,0 +1,2 @@
+-- SQLAlchemy 2 (psycopg 3): sqlalchemy_connect
+select pg_catalog.version()
