@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Protocol
 
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
@@ -71,9 +72,13 @@ DIALECT = "sparkwave"  # the name sqlglot registers `Sparkwave` under
 
 
 def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -> str:
-    """`e`, over the internal `columns` (name, Spark type), in Spark SQL with PostgreSQL's meaning.
-    Innermost first: an outer node sees its operands' translated types."""
-    types = _Types(spark, columns)
+    """`e`, over the internal `columns` (name, Spark type), in Spark SQL with PostgreSQL's meaning."""
+    return translated(e, _Types(spark, columns))
+
+
+def translated(e: exp.Expr, types: TypesOf) -> str:
+    """`e` in Spark SQL with PostgreSQL's meaning, its operands' types from `types.of` (Spark's analyser,
+    or the planner's `TypeOracle`). Innermost first: an outer node sees its operands' translated types."""
     for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *_COMPARISONS,
                                          exp.In, exp.Coalesce, *NODES, bfs=False))):
         new = _translate(node, types)
@@ -90,6 +95,12 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
 def spark_ddl(columns: list[tuple[str, str]]) -> str:
     """A Spark DDL schema of (name, sparkwave type) columns, for analysing expressions over them."""
     return ", ".join(f"`{n}` {SqlType(t).spark}" for n, t in columns) or "_empty int"
+
+
+class TypesOf(Protocol):
+    """Where a translation learns an operand's Spark type."""
+
+    def of(self, e: exp.Expr) -> DataType | None: ...
 
 
 class _Types:
@@ -175,7 +186,7 @@ def untyped_to_spark(e: exp.Expr) -> str:
     return size_guarded(e).sql(dialect="spark")
 
 
-def _translate(node: exp.Expr, types: _Types) -> exp.Expr | None:
+def _translate(node: exp.Expr, types: TypesOf) -> exp.Expr | None:
     if isinstance(node, exp.Div):
         lt, rt = types.of(node.left), types.of(node.right)
         if isinstance(lt, IntegralType) and isinstance(rt, IntegralType):
@@ -252,7 +263,7 @@ def _epoch(value: exp.Expr, t: DataType | None) -> exp.Expr:
                    expression=exp.Literal.number(1_000_000))
 
 
-def _bytea_operands(node: exp.Expr, types: _Types) -> bool:
+def _bytea_operands(node: exp.Expr, types: TypesOf) -> bool:
     """Whether a comparison, IN or COALESCE has a bytea operand (its text constants are then bytea)."""
     operands = list(node.iter_expressions())
     return any(isinstance(o, exp.Literal) and o.is_string for o in operands) and any(

@@ -1,11 +1,11 @@
 """DataRow messages of a pyarrow.RecordBatch built with numpy, without a Python object per value,
 for the columns whose wire bytes Arrow holds or numpy computes exactly: integers, floats, booleans,
-dates, timestamps and (UTC) timestamptz in text and binary, numerics in text, strings and binary
-values (raw bytes). Text from Arrow's casts is taken only where it is PostgreSQL's (floats in
-fixed notation, decimals without an exponent); the other values of such a column, and every
-other column (intervals, arrays, jsonb, numeric binary, timestamptz in another zone), go through
-the per-value encoder, and the rows are assembled here all the same. The bytes are identical to
-`pgtypes.encode_batch` on the same values (tests/test_pgwire_arrow.py checks it)."""
+dates, timestamps and timestamptz (any session zone) in text and binary, numerics in text, strings
+and binary values (raw bytes). Text from Arrow's casts is taken only where it is PostgreSQL's
+(floats in fixed notation, decimals without an exponent); the other values of such a column, and
+every other column (intervals, arrays, jsonb, numeric binary), go through the per-value encoder,
+and the rows are joined by Arrow all the same. The bytes are identical to `pgtypes.encode_batch`
+on the same values (tests/test_pgwire_arrow.py checks it)."""
 
 from __future__ import annotations
 
@@ -204,6 +204,7 @@ def _datetime_text(enc: pgtypes.Encoder, col: pa.Array) -> list[Piece] | None:
 
 
 _YEARS_PER_BATCH = 40  # a batch with more years than this whose zone offsets are not known yet: per value
+# (a year's offsets cost ~10 ms of zoneinfo calls: 8,760 hourly probes)
 _HOUR = 3_600_000_000
 
 
@@ -214,7 +215,10 @@ def _zone_offsets(zone: tzinfo, micros: np.ndarray) -> tuple[np.ndarray, tuple[n
     if not len(micros):
         return np.zeros(0, np.int64), (np.zeros((0, 9), np.uint8), np.zeros(0, np.int64))
     years = np.unique(_civil(micros // 86_400_000_000)[0])
-    if sum(1 for y in years.tolist() if (zone, y) not in _year_cache) > _YEARS_PER_BATCH:
+    new = [y for y in years.tolist() if (zone, y) not in _year_cache]
+    if len(new) > _YEARS_PER_BATCH:  # learn some now, so that later batches of a long span are vectorised
+        for y in new[:_YEARS_PER_BATCH]:
+            _year_transitions(zone, y)
         return None
     tables = [_year_transitions(zone, y) for y in years.tolist()]
     if any(t is None for t in tables):
@@ -237,11 +241,12 @@ def _year_transitions(zone: tzinfo, year: int) -> tuple[np.ndarray, np.ndarray] 
     of offset in it, found by probing each hour and bisecting to the second (tzdb changes offsets at
     whole seconds, never twice within an hour)."""
     key = (zone, year)
-    if key not in _year_cache:
-        if len(_year_cache) > 4096:
-            _year_cache.clear()
-        _year_cache[key] = _probe_year(zone, year)
-    return _year_cache[key]
+    if key in _year_cache:
+        return _year_cache[key]
+    if len(_year_cache) > 4096:
+        _year_cache.clear()
+    table = _year_cache[key] = _probe_year(zone, year)
+    return table
 
 
 def _offset_at(zone: tzinfo, second: int) -> int:

@@ -20,8 +20,7 @@ from sqlglot import exp
 
 from sparkwave.core.schema import SqlType, from_spark, to_spark_type
 from sparkwave.core.spark import empty_frame
-from sparkwave.frontend.pg_functions import NODES, translate
-from sparkwave.frontend.postgres import _COMPARISONS, _translate, size_guarded, spark_ddl
+from sparkwave.frontend.postgres import spark_ddl, translated
 
 Columns = list[tuple[str, str]]  # (internal name, sparkwave type name)
 
@@ -116,20 +115,8 @@ class _Of:
 
 
 def to_spark_sql(e: exp.Expr, columns: Columns, oracle: TypeOracle) -> str:
-    """`postgres.to_spark` with the types from `oracle`: `e` over `columns` in Spark SQL with
-    PostgreSQL's meaning, innermost first (an outer node sees its operands' translated types)."""
-    types = _Of(oracle, columns)
-    for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *_COMPARISONS,
-                                         exp.In, exp.Coalesce, *NODES, bfs=False))):
-        new = _translate(node, types)  # type: ignore[arg-type]  # duck-typed: only `.of` is used
-        if new is None:
-            new = translate(node, types.of)
-        if new is not None:
-            if node is e:
-                e = new
-            else:
-                node.replace(new)
-    return size_guarded(e).sql(dialect="spark")
+    """`postgres.to_spark` with the types from `oracle`."""
+    return translated(e, _Of(oracle, columns))
 
 
 def first_line(e: BaseException) -> str:
