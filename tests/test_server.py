@@ -118,6 +118,19 @@ ROWS = [
 ]
 
 
+def test_explain_returns_the_plan_as_rows_and_creates_nothing(server):
+    with server.connect() as c:
+        c.execute("CREATE TABLE y_explain (k int PRIMARY KEY, g varchar, v bigint)")
+        for sql in ("EXPLAIN SELECT g, count(*) FROM y_explain GROUP BY g",
+                    "EXPLAIN CREATE MATERIALIZED VIEW y_explained AS SELECT g, sum(v) AS s FROM y_explain GROUP BY g"):
+            for prepare in (False, True):  # the simple and the extended protocol
+                cur = c.execute(sql, prepare=prepare)
+                assert [d.name for d in cur.description] == ["QUERY PLAN"] and cur.statusmessage == "EXPLAIN"
+                lines = [r[0] for r in cur.fetchall()]
+                assert any("Aggregate" in line for line in lines) and any("Scan" in line for line in lines), lines
+        assert c.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'y_explained'").fetchone() == (0,)
+
+
 @pytest.mark.parametrize("binary", [False, True])
 def test_every_type_round_trips_exactly_through_parameters(server, binary):
     table = f"y_types_{int(binary)}"

@@ -31,7 +31,8 @@ class Field:
 class Outcome:
     """One statement's result. `fields` is None for a statement that returns no rows (its
     CommandComplete tag is `tag`); otherwise `batches` yields its rows and the protocol writes
-    `SELECT n` (or `tag` with the row count appended when `tag` is given, e.g. `SHOW`)."""
+    `SELECT n` (or `tag` with the row count appended when `tag` is given, e.g. `SHOW 3`; `EXPLAIN`
+    alone, as PostgreSQL writes it)."""
 
     tag: str
     fields: list[Field] | None = None

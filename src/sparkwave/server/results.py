@@ -51,7 +51,12 @@ def complete_tag(outcome: Outcome, rows: int) -> str:
         return outcome.tag
     if outcome.tag in ("", "SELECT"):
         return f"SELECT {rows}"
+    if outcome.tag in UNCOUNTED:
+        return outcome.tag
     return f"{outcome.tag} {rows}"
+
+
+UNCOUNTED = frozenset({"EXPLAIN"})  # row-returning statements PostgreSQL tags without a count
 
 
 class RowStream:

@@ -45,6 +45,8 @@ _TAGS = {"create_table": "CREATE_TABLE", "create_source": "CREATE_SOURCE", "crea
          "create_sink": "CREATE_SINK", "flush": "FLUSH", "wait": "WAIT", "cancel": "CANCEL_COMMAND",
          "alter_rate": "ALTER_MATERIALIZED_VIEW", "alter_source_rate": "ALTER_SOURCE",
          "alter_sink_rate": "ALTER_SINK", "set": "SET"}
+# The statements that return rows, and their tags (PostgreSQL writes `EXPLAIN` with no count).
+_ROW_KINDS = {"query": "SELECT", "show": "SHOW", "describe": "DESCRIBE", "explain": "EXPLAIN"}
 _DROP_TAGS = {"table": "DROP_TABLE", "mv": "DROP_MATERIALIZED_VIEW", "source": "DROP_SOURCE", "sink": "DROP_SINK"}
 _RESET = re.compile(r"RESET\s+([A-Za-z_][A-Za-z0-9_]*)\s*", re.IGNORECASE)
 _RESET_ALL = re.compile(r"RESET\s+ALL\s*", re.IGNORECASE)
@@ -257,10 +259,10 @@ class SessionClient:
         kind, s = stmt.kind, self.session
         if kind == "query" and stmt.ast is not None and (fast := fast_read(s, stmt.ast)) is not None:
             return Outcome("SELECT", [Field(n, t) for n, t in fast.fields], self._checked(fast.batches))
-        if kind in ("query", "show", "describe"):
+        if kind in _ROW_KINDS:
             with self._scope(timed=False):
                 df = self._frame(stmt)
-            return Outcome({"query": "SELECT", "show": "SHOW", "describe": "DESCRIBE"}[kind], _fields(df),
+            return Outcome(_ROW_KINDS[kind], _fields(df),
                            self._rows(df, timed=kind == "query"))
         if kind in ("insert", "update", "delete"):
             with self._scope(timed=True):
@@ -332,11 +334,11 @@ class SessionClient:
         s = self.session
         if stmt.kind == "query":
             return s._do_query(stmt)
-        return s._execute(stmt)  # type: ignore[return-value]  # SHOW and DESCRIBE return a frame
+        return s._execute(stmt)  # type: ignore[return-value]  # SHOW, DESCRIBE and EXPLAIN return a frame
 
     def _fields(self, stmt: Statement) -> list[Field] | None:
         """The result's columns without running the statement (Spark analyses a query lazily)."""
-        if stmt.kind in ("query", "show", "describe"):
+        if stmt.kind in _ROW_KINDS:
             with self._scope(timed=False):
                 return _fields(self._frame(stmt))
         return None
