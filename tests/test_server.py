@@ -193,8 +193,8 @@ def test_cancel_stops_a_long_select_and_a_wait_and_the_session_goes_on(server):
 
         def cancel_when_running() -> None:
             try:
+                # at once: a cancel before the statement's first Spark job must stop it as well as one inside it
                 wait_until(server.running, "the statement to start")
-                time.sleep(0.5)  # into its Spark job or its wait
             finally:
                 c.cancel_safe()
 

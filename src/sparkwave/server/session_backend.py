@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -27,7 +28,7 @@ from sparkwave.frontend import dml
 from sparkwave.frontend.reads import fast_read
 from sparkwave.frontend.session import FETCH_BATCH_ROWS, Session
 from sparkwave.frontend.statements import Statement, classify, split
-from sparkwave.frontend.timeout import _cancelled, statement_deadline
+from sparkwave.frontend.timeout import CANCEL_EVERY_S, _cancelled, statement_deadline
 from sparkwave.frontend.value_size import grown_as_data_error
 from sparkwave.meta.settings import SPECS
 from sparkwave.server import params as P
@@ -159,10 +160,21 @@ class SessionClient:
         return self._guarded(text, lambda: self._statement(P.substitute(text, render), 1, 1))
 
     def cancel(self) -> None:
+        """Cancel the running statement: its jobs now, and (as `statement_deadline` does) every job it
+        starts after, until it ends: a cancel that lands between its check and its next job's start
+        would otherwise let that job run to its end."""
         self._cancel.set()
         tag = self._running
-        if tag is not None:
-            self.session.spark.sparkContext.cancelJobsWithTag(tag)
+        if tag is None:
+            return
+        sc = self.session.spark.sparkContext
+
+        def keep_cancelling() -> None:
+            while self._running == tag and self._cancel.is_set():
+                sc.cancelJobsWithTag(tag)
+                time.sleep(CANCEL_EVERY_S)
+
+        threading.Thread(target=keep_cancelling, name="sparkwave-cancel", daemon=True).start()
 
     def close(self) -> None:
         self.cancel()
