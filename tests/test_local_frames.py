@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 import sparkwave
-from sparkwave.core.local_frames import LOCAL_ROWS, local_frame, offsets, to_arrow
+from sparkwave.core import policy
+from sparkwave.core.local_frames import local_frame, offsets, to_arrow
 from tests.oracle import multiset, rows_of
 
 
@@ -66,11 +67,11 @@ def test_a_local_frame_is_collected_without_a_job_as_arrow_transfer_would(spark,
 
 
 def test_a_frame_past_the_local_size_goes_to_the_executors(spark):
-    frame = offsets(spark, 0, LOCAL_ROWS + 1).selectExpr("id * 2 AS x")
+    frame = offsets(spark, 0, policy.LOCAL_ROWS + 1).selectExpr("id * 2 AS x")
     before = _jobs(spark)
     got = to_arrow(frame)
     assert _jobs(spark) != before
-    assert got.num_rows == LOCAL_ROWS + 1 and got["x"][-1].as_py() == 2 * LOCAL_ROWS
+    assert got.num_rows == policy.LOCAL_ROWS + 1 and got["x"][-1].as_py() == 2 * policy.LOCAL_ROWS
 
 
 MVS = {
@@ -118,7 +119,6 @@ def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(sess
     from Arrow, with no Spark job: they leave the table as the same statements read and written by
     Spark leave its twin, and as DuckDB says; a value that does not fit fails both alike, with nothing
     staged."""
-    from sparkwave.core import policy
     from sparkwave.core.errors import DataError
 
     s = session
@@ -160,7 +160,6 @@ def test_a_small_tables_update_and_delete_run_no_spark_job_and_equal_sparks(sess
 def test_a_small_keyless_tables_update_and_delete_on_the_driver_equal_sparks(session, monkeypatch, los_angeles):
     """The same for a table without a primary key (its rows keyed by a hidden row id), with dates,
     timestamps and reals, read back in a local time zone with a daylight saving fold."""
-    from sparkwave.core import policy
 
     s = session
     values = ", ".join(f"({k % 4}, {k * 0.5}, DATE '2025-11-{1 + k % 9:02d}', "

@@ -42,14 +42,17 @@ def test_the_corpus_covers_nexmark_tpch_and_the_sql_surface() -> None:
 
 def test_planning_the_corpus_starts_no_jvm() -> None:
     """In a fresh interpreter whose JVM gateway cannot start, every case still plans as golden."""
-    code = ("import pyspark.java_gateway as g\n"
+    # SparkContext calls its own reference to launch_gateway (pyspark.core.context): both are replaced
+    code = ("import pyspark.java_gateway as g, pyspark.core.context as c\n"
             "def refuse(*a, **k): raise AssertionError('planning started a JVM')\n"
-            "g.launch_gateway = refuse\n"
+            "g.launch_gateway = c.launch_gateway = refuse\n"
             "from sparkwave.frontend.plan.static_types import StaticTypes\n"
             "from tests.planner import golden\n"
             "bad = [c.name for p in golden.files() for c in golden.read(p) if golden.render(c, StaticTypes()) != "
             "c.expected]\n"
-            "assert not bad, bad\n")
+            "assert not bad, bad\n"
+            "from pyspark import SparkContext\n"
+            "assert SparkContext._gateway is None\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

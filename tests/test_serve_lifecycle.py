@@ -87,6 +87,7 @@ class Writer(threading.Thread):
         self.acked: list[int] = []  # first keys of acknowledged statements
         self.tried: list[int] = []
         self.halt = threading.Event()
+        self.error: psycopg.Error | None = None
 
     def run(self) -> None:
         try:
@@ -98,8 +99,18 @@ class Writer(threading.Thread):
                     rows = ", ".join(f"({k + i}, {(k + i) % 7}, {(k * 31 + i) % 101})" for i in range(STATEMENT_ROWS))
                     c.execute(f"INSERT INTO t VALUES {rows}")
                     self.acked.append(k)
-        except psycopg.Error:
-            pass  # the server stopped under it
+        except psycopg.Error as e:
+            self.error = e  # the server stopped under it, or (before the stop) a failure `_acked` reports
+
+
+def _acked(writers: list[Writer], n: int, timeout: float = 300) -> None:
+    """Until the writers together have `n` statements acknowledged; a writer that failed fails the test."""
+    deadline = time.time() + timeout
+    while sum(len(w.acked) for w in writers) < n:
+        failed = [w.error for w in writers if w.error is not None]
+        assert not failed, f"a writer failed: {failed[0]}"
+        assert time.time() < deadline, f"the writers have {sum(len(w.acked) for w in writers)} of {n} acknowledged"
+        time.sleep(0.05)
 
 
 def test_serve_refuses_a_public_address_without_a_password(tmp_path):
@@ -124,14 +135,12 @@ def test_sigterm_mid_pipeline_then_restart_recovers_exactly(tmp_path):
         writers = [Writer(server.dsn, 1 + i * 1_000_000) for i in range(4)]
         for w in writers:
             w.start()
-        while sum(len(w.acked) for w in writers) < 40:
-            time.sleep(0.05)
+        _acked(writers, 40)
         c.execute("SET background_ddl = true")
         c.execute("SET backfill_rate_limit = 2")  # rows a second: the backfill is still running at the stop
         c.execute(f"CREATE MATERIALIZED VIEW slow AS {SLOW}")
         server.wait_for("view slow")  # its phase, printed by the watcher
-        while sum(len(w.acked) for w in writers) < 80:
-            time.sleep(0.05)
+        _acked(writers, 80)
         jobs = c.execute("SHOW JOBS")
         phases = {r[1]: r[4] for r in jobs.fetchall()}  # name -> phase
         assert phases["slow"] in ("snapshot", "log store"), phases  # the stop comes mid-backfill

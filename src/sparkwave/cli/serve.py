@@ -12,10 +12,8 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -317,14 +315,3 @@ def _health_server(host: str, port: int, session: Any) -> ThreadingHTTPServer:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="sparkwave-health", daemon=True).start()
     return server
-
-
-def wait_listening(host: str, port: int, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=1):
-                return True
-        except OSError:
-            time.sleep(0.1)
-    return False

@@ -22,9 +22,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
 
 from sparkwave.core import policy
-from sparkwave.core.policy import LOCAL_ROWS  # re-exported: its old home
 
-__all__ = ["LOCAL_ROWS", "local_batches", "local_frame", "local_rows", "offsets", "to_arrow"]
+__all__ = ["local_batches", "local_frame", "local_rows", "offsets", "to_arrow"]
 
 
 @functools.lru_cache(maxsize=1024)

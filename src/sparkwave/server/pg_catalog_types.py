@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
+from sparkwave.server.pgtypes import pg_type
+
 
 @dataclass(frozen=True)
 class PgType:
@@ -123,24 +125,10 @@ def format_type(oid: int | None, typmod: int | None) -> str | None:
 
 
 def pg_type_of(dtype: T.DataType) -> tuple[int, int]:
-    """The (type OID, typmod) a column of Spark type `dtype` has in the catalog, as sparkwave's
-    canonical SQL type (core/schema.py) spells it: varchar for strings, numeric(p,s) for decimals."""
-    if isinstance(dtype, T.DecimalType):
-        return 1700, ((dtype.precision << 16) | dtype.scale) + 4
-    if isinstance(dtype, T.ArrayType):
-        elem, _ = pg_type_of(dtype.elementType)
-        return BY_OID[elem].array or 25, -1
-    for cls, oid in _SPARK_TO_OID:
-        if isinstance(dtype, cls):
-            return oid, -1
-    return 25, -1
-
-
-_SPARK_TO_OID: tuple[tuple[type, int], ...] = (
-    (T.BooleanType, 16), (T.ByteType, 21), (T.ShortType, 21), (T.IntegerType, 23), (T.LongType, 20),
-    (T.FloatType, 700), (T.DoubleType, 701), (T.StringType, 1043), (T.DateType, 1082),
-    (T.TimestampNTZType, 1114), (T.TimestampType, 1184), (T.BinaryType, 17),
-)
+    """The (type OID, typmod) a column of Spark type `dtype` has in the catalog: the type its rows
+    are sent as (`pgtypes.pg_type`), so `pg_attribute` and a query's RowDescription agree."""
+    t = pg_type(dtype)
+    return t.oid, t.typmod
 
 
 def spark_type_of(oid: int) -> T.DataType:

@@ -258,14 +258,6 @@ def row_description(columns: Sequence[Column]) -> bytes:
     return message(b"T", b"".join(body))
 
 
-def data_row(values: Sequence[bytes | None]) -> bytes:
-    """One DataRow from encoded values (None is NULL); the batch path in pgtypes builds these faster."""
-    parts = [_H.pack(len(values))]
-    for v in values:
-        parts.append(NULL_VALUE if v is None else pack_i(len(v)) + v)
-    return message(b"D", b"".join(parts))
-
-
 def command_complete(tag: str) -> bytes:
     return message(b"C", _cstr(tag))
 

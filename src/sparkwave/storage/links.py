@@ -23,10 +23,9 @@ import pyarrow.parquet as pq
 
 from sparkwave.core import policy
 from sparkwave.core.catalog import Relation
-from sparkwave.core.policy import LINK_MAX_ROWS  # re-exported: its old home
 from sparkwave.storage.store import Store
 
-__all__ = ["LINKED", "LINK_MAX_ROWS", "Linked", "is_linked", "link_base_files", "small_enough_to_link"]
+__all__ = ["LINKED", "Linked", "is_linked", "link_base_files", "small_enough_to_link"]
 
 LINKED = "linked-"  # the name every linked base file starts with
 

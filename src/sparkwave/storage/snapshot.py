@@ -20,19 +20,13 @@ from pyspark.sql import functions as F
 from sparkwave.core import policy
 from sparkwave.core.catalog import Catalog
 from sparkwave.core.chunk import VNODES, Op
-from sparkwave.core.policy import (  # re-exported: their old home
-    LOCAL_SNAPSHOT_BYTES,
-    LOCAL_SNAPSHOT_MEMORY,
-    REREAD_ROWS,
-)
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import empty_frame
 from sparkwave.storage.file_index import file_index
 from sparkwave.storage.integrity import check_rows, parquet_file, read_table, reading
 from sparkwave.storage.table import base_arrow_schema, base_spark_ddl, log_arrow_schema, log_spark_ddl
 
-__all__ = ["LOCAL_SNAPSHOT_BYTES", "LOCAL_SNAPSHOT_MEMORY", "REREAD_ROWS", "changes", "local_snapshot",
-           "read_parquet", "rereads_cheaply", "snapshot", "vnode_rows"]
+__all__ = ["changes", "local_snapshot", "read_parquet", "rereads_cheaply", "snapshot", "vnode_rows"]
 
 
 def read_parquet(spark: SparkSession, ddl: str, paths: list[str]) -> DataFrame:

@@ -37,7 +37,6 @@ from pyspark.sql import functions as F
 from sparkwave.core import policy
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op
-from sparkwave.core.policy import TOP_ROWS  # re-exported: its old home
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import concurrently
 from sparkwave.core.zset import with_weight
@@ -54,7 +53,7 @@ from sparkwave.stream.operator import VNODE, WEIGHT, BuildPlan, EpochIO, FrameIO
 from sparkwave.stream.plan import from_json, state_schemas
 from sparkwave.stream.values import Values
 
-__all__ = ["TOP_ROWS", "Built", "Dataflow", "Top", "TopTable", "resolved", "top_of"]
+__all__ = ["Built", "Dataflow", "Top", "TopTable", "resolved", "top_of"]
 
 
 class Dataflow:

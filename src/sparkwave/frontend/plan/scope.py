@@ -103,9 +103,6 @@ class Scope:
         owners = self.owners(e)
         return self.items[owners.pop()] if len(owners) == 1 else None
 
-    def with_item(self, item: Item) -> Scope:
-        return Scope(self.ctx, [*self.items, item])
-
     def key_pair(self, c: exp.Expr, right: Item) -> tuple[tuple[str, exp.Column], tuple[str, exp.Column]] | None:
         """An equality between a column of this scope's items and one of `right`: each side's
         internal name and the column as written."""

@@ -75,14 +75,8 @@ class BarrierLoop(Service):
     def _flush_requests(self) -> int:
         return self.barriers.flush_requests
 
-    def busy(self) -> bool:
-        return self.barriers.busy()
-
     def request_barrier(self) -> None:
         self.barriers.request_barrier()
-
-    def nudge(self) -> None:
-        self.barriers.nudge()
 
     def abandon(self) -> None:
         """Give up the running epoch, if any: its Spark jobs are cancelled and none of its relations
