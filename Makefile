@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test chaos test-cluster bench lint java
+.PHONY: demo test unit chaos test-cluster bench lint java
 
 java:
 	@bash scripts/check-java.sh
@@ -25,16 +25,20 @@ test: java $(VENV)/.installed
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
+# The Spark-free tests (tests/unit: no Java, under a minute), to run after every edit.
+unit: $(VENV)/.installed
+	$(BIN)/python -m pytest -n 0 tests/unit
+
 chaos: java $(VENV)/.installed
-	$(BIN)/python -m pytest -m "" tests/test_crash.py tests/test_backfill_crash.py tests/test_dataflow_crash.py \
-		tests/test_kafka.py tests/test_kafka_source.py tests/test_sinks.py tests/test_chaos.py
+	$(BIN)/python -m pytest -m "" tests/crash/test_crash.py tests/crash/test_backfill_crash.py tests/crash/test_dataflow_crash.py \
+		tests/integration/test_kafka.py tests/integration/test_kafka_source.py tests/integration/test_sinks.py tests/crash/test_chaos.py
 
 # The oracle, backfill, Kafka and Nexmark tests on two executor JVMs with Python workers of their own
-# (`make test` runs a smaller scenario of its own, tests/test_cluster.py, on the same kind of cluster).
+# (`make test` runs a smaller scenario of its own, tests/integration/test_cluster.py, on the same kind of cluster).
 test-cluster: java $(VENV)/.installed
-	SPARKWAVE_TEST_MASTER='local-cluster[2,1,1024]' $(BIN)/python -m pytest -n 0 tests/test_oracle.py \
-		tests/test_dataflow_oracle.py tests/test_backfill.py tests/test_chunked_backfill.py tests/test_kafka.py \
-		tests/test_nexmark.py
+	SPARKWAVE_TEST_MASTER='local-cluster[2,1,1024]' $(BIN)/python -m pytest -n 0 tests/integration/test_oracle.py \
+		tests/integration/test_dataflow_oracle.py tests/integration/test_backfill.py tests/integration/test_chunked_backfill.py tests/integration/test_kafka.py \
+		tests/integration/test_nexmark.py
 
 bench: java $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[test,bench]'

@@ -13,7 +13,7 @@ import sparkwave
 from sparkwave.core.spark import create_spark
 from tests import TEST_MASTER
 from tests.kafka_util import Topic
-from tests.test_kafka_source import MVS, source_sql
+from tests.integration.test_kafka_source import MVS, source_sql
 
 MESSAGES = 800
 

@@ -1,1 +1,1 @@
-"""Golden planner tests: SQL in, plan text out (tests/test_planner_golden.py)."""
+"""Golden planner tests: SQL in, plan text out (tests/unit/test_planner_golden.py)."""

@@ -1,5 +1,5 @@
 """A pytest plugin recording every MV the tests plan, with the schemas it read and Spark's plan
-(`SPARKWAVE_RECORD_PLANS=cases.jsonl pytest -n 0 -p tests.planner.recorder tests/test_x.py`); see
+(`SPARKWAVE_RECORD_PLANS=cases.jsonl pytest -n 0 -p tests.planner.recorder tests/integration/test_x.py`); see
 `tests/planner/golden.py`."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "sparkwave"
+SRC = Path(__file__).resolve().parents[2] / "src" / "sparkwave"
 
 LAYER = {"core": 0, "connectors": 1, "storage": 1, "stream": 2, "meta": 3, "frontend": 4, "server": 5,
          "devtools": 5, "cli": 6, "__init__": 7, "__main__": 7}

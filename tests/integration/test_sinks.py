@@ -295,7 +295,7 @@ def test_a_sigkill_anywhere_in_a_sink_loses_and_doubles_nothing(spark, postgres,
     wh, final = tmp_path / "wh", tmp_path / "final"
     child = [sys.executable, "-m", "tests.sink_crash_child", str(wh), pg_with(postgres, db), str(final),
              kafka.bootstrap, topic.name]
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     killed = subprocess.run(child, cwd=root, env={**os.environ, "SPARKWAVE_CRASH_AT": crash_at},
                             capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr[-3000:]

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from tests.oracle import connect, duckdb_sql, multiset, values_sql
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STATEMENT_ROWS = 5
 MVS = {
     "agg": "SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g",

@@ -24,7 +24,7 @@ from sparkwave.server.session_sql import (
     run_session_statement,
 )
 
-QUERIES = Path(__file__).parent / "pg_catalog_queries"
+QUERIES = Path(__file__).parents[1] / "pg_catalog_queries"
 SPARKWAVE_SETTINGS = ("backfill_rate_limit", "statement_timeout", "background_ddl")
 
 ORDERS = RelationInfo("orders", "table", (

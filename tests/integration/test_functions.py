@@ -109,7 +109,7 @@ def test_every_documented_function_runs_in_spark(spark):
         "cast": "CAST(i AS varchar)", "and": "i > 0 AND i < 2", "or": "i > 0 OR i < 2",
         "exists": "EXISTS (SELECT 1)", "raise_error": "raise_error('x')",
     }
-    table_functions = {"hop", "tumble"}  # FROM items, planned by sparkwave: tests/test_sql.py runs them
+    table_functions = {"hop", "tumble"}  # FROM items, planned by sparkwave: tests/integration/test_sql.py runs them
     assert DOCUMENTED - table_functions == set(samples)
     columns = [("i", "int"), ("s", "varchar"), ("f", "double"), ("ts", "timestamp")]
     rows = "VALUES (1, 'abc', CAST(2.5 AS double), TIMESTAMP_NTZ '2024-01-02 03:04:05') AS t(i, s, f, ts)"

@@ -33,7 +33,7 @@ from tests.kafka_util import (
     read_by,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 D_ROWS = [(0, "zero"), (1, "one"), (3, "three")]
 MVS = {
     "cheap": "SELECT id, name, price FROM ev WHERE price < 20",

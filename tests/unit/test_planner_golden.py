@@ -53,6 +53,6 @@ def test_planning_the_corpus_starts_no_jvm() -> None:
             "assert not bad, bad\n"
             "from pyspark import SparkContext\n"
             "assert SparkContext._gateway is None\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

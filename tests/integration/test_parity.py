@@ -34,7 +34,7 @@ from sparkwave.core.schema import Schema
 from sparkwave.stream.dataflow import top_of
 from sparkwave.stream.plan import from_json
 from tests.oracle import multiset, rows_of, values_sql
-from tests.test_oracle import FAST_PHASES
+from tests.integration.test_oracle import FAST_PHASES
 
 SUBCASES = 6
 EPOCHS = 2  # the first seeds every table; the second changes rows the state already holds

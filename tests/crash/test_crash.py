@@ -16,7 +16,7 @@ import sparkwave
 from tests import crash_child
 from tests.oracle import Model, multiset, rows_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 POINTS = [
     # after the plan is persisted (make chaos)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from tests import remove_worker_dir
-from tests.test_crash import ROOT
+from tests.crash.test_crash import ROOT
 
 
 def test_mvs_and_backfills_equal_duckdb_on_a_cluster_of_executor_jvms(tmp_path):

@@ -35,7 +35,7 @@ from tests.kafka_util import (
     upsert_rows,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MVS = {
     "cheap": "SELECT id, name, price FROM ev WHERE price < 50",
     "per_partition": "SELECT p, count(*) AS n, sum(price) AS total, max(o) AS last FROM ev GROUP BY p",

@@ -25,7 +25,7 @@ from sparkwave.storage.sweep import sweep
 from sparkwave.storage.warehouse import FORMAT_VERSION, MARKER, Warehouse
 from tests.oracle import rows_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def files_of(folder: Path) -> dict[str, bytes | None]:

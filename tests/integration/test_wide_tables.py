@@ -18,7 +18,7 @@ from sparkwave import DataError, QueryCanceledError, SqlError
 from sparkwave.core.limits import MAX_SHOW_ROWS
 from tests.oracle import Model, multiset, rows_of, to_sql
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 1000
 TYPES = [("int", "INTEGER"), ("varchar", "VARCHAR"), ("double precision", "DOUBLE"), ("bigint", "BIGINT"),
          ("decimal(10, 2)", "DECIMAL(10, 2)"), ("boolean", "BOOLEAN")]

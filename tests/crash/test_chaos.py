@@ -29,7 +29,7 @@ import sparkwave
 from tests import chaos_child
 from tests.oracle import Model, connect, duckdb_sql, multiset, rows_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CRASH_POINTS = ["after_plan", "mid_execute", "mid_commit", "before_catalog_commit", "mid_compaction",
                 "mid_compaction_after_delta", "backfill_mid_chunk", "backfill_after_chunk_rows",
                 "backfill_after_merge_chunk", "backfill_between_phases", "backfill_mid_log_store", "backfill_mid_merge"]

@@ -20,8 +20,8 @@ import pytest
 from sparkwave.core.catalog import Catalog, catalog_problem, migrations
 from sparkwave.core.errors import CatalogError, WarehouseError
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
 LATEST = migrations.latest()
 
 

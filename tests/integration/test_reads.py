@@ -15,7 +15,7 @@ from sparkwave.core.errors import CatalogError, CorruptFileError, SparkwaveError
 from sparkwave.frontend.reads import FastResult, fast_read, spark_vnode
 from sparkwave.frontend.statements import parse
 from sparkwave.storage import key_index
-from tests.test_corruption import _silent_damage
+from tests.integration.test_corruption import _silent_damage
 
 
 def _fast(session, sql: str) -> FastResult | None:

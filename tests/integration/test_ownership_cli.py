@@ -13,7 +13,7 @@ import pytest
 import sparkwave
 from sparkwave import OwnershipError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOLD = """
 import sys, time
 from sparkwave.meta.ownership import Ownership

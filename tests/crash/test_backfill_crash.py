@@ -12,7 +12,7 @@ import sparkwave
 from sparkwave.core.catalog import Catalog
 from tests import backfill_crash_child as child
 from tests.oracle import Model, multiset, rows_of
-from tests.test_crash import run_child
+from tests.crash.test_crash import run_child
 
 POINTS = [
     # reading the second chunk (make chaos)

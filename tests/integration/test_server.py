@@ -24,7 +24,7 @@ from sparkwave.cli.serve import remove_server_file, write_server_file
 from sparkwave.server.listener import Listener
 from sparkwave.server.session_backend import SessionBackend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def psql_path() -> Path:
