@@ -208,34 +208,8 @@ def _functions(ctx: Context) -> dict[str, tuple[int, Callable[..., Any]]]:
             return quote_ident(name) if schema in ("public", "pg_catalog") else f"{schema}.{quote_ident(name)}"
         return oid
 
-    def regtype(value: Any, mode: str = "oid") -> Any:
-        if value is None:
-            return None
-        t = BY_OID.get(int(value)) if _is_number(value) else type_by_name(str(value))
-        if t is None and mode == "name" and _is_number(value) and int(value) == 0:
-            return "-"
-        if t is None:
-            if mode == "name" and _is_number(value):
-                return str(value)
-            raise ValueError(f'type "{value}" does not exist')
-        return format_type(t.oid, -1) if mode == "name" else t.oid
-
-    def to_regtype(value: Any) -> int | None:
-        t = type_by_name(str(value)) if value is not None else None
-        return t.oid if t else None
-
     def to_regclass(value: Any) -> int | None:
         return objects.lookup(str(value)) if value is not None else None
-
-    def regnamespace(value: Any, mode: str = "oid") -> Any:
-        if value is None:
-            return None
-        if _is_number(value):
-            return NAMESPACES.get(int(value), str(value)) if mode == "name" else int(value)
-        oid = next((o for o, n in NAMESPACES.items() if n == str(value)), None)
-        if oid is None:
-            raise ValueError(f'schema "{value}" does not exist')
-        return value if mode == "name" else oid
 
     def table_is_visible(oid: Any) -> int:
         return int(objects.rel_name.get(int(oid or 0), ("",))[0] in ("public", "pg_catalog"))
@@ -255,91 +229,136 @@ def _functions(ctx: Context) -> dict[str, tuple[int, Callable[..., Any]]]:
             return None
         raise ValueError(f'unrecognized configuration parameter "{name}"')
 
-    def array_length(arr: Any, dim: Any = 1) -> int | None:
-        items = to_array(arr)
-        return len(items) if items and int(dim or 1) == 1 else None
-
-    def array_lower(arr: Any, dim: Any = 1) -> int | None:
-        return 1 if to_array(arr) and int(dim or 1) == 1 else None
-
-    def array_to_string(arr: Any, sep: Any, null: Any = None) -> str | None:
-        items = to_array(arr)
-        if items is None:
-            return None
-        return str(sep).join(str(i) if i is not None else str(null) for i in items if i is not None or null is not None)
-
-    def string_to_array(text: Any, sep: Any, null: Any = None) -> str | None:
-        if text is None:
-            return None
-        parts = str(text).split(str(sep)) if sep is not None else list(str(text))
-        return _json([None if null is not None and p == null else p for p in parts])
-
-    def series(start: Any, stop: Any, step: Any = 1) -> str | None:
-        if start is None or stop is None:
-            return None
-        values = range(int(start), int(stop) + (1 if int(step) > 0 else -1), int(step))
-        if len(values) > _MAX_SERIES:
-            raise ValueError(f"generate_series of more than {_MAX_SERIES} rows in a catalog query")
-        return _json(list(values))
-
-    def array_position(arr: Any, value: Any) -> int | None:
-        items = to_array(arr) or []
-        return next((i + 1 for i, v in enumerate(items) if _same(v, value)), None)
-
     def userbyid(oid: Any) -> str:
         return ctx.user if oid is not None and int(oid) == USER_OID else f"unknown (OID={oid})"
 
-    def size_pretty(n: Any) -> str | None:
-        if n is None:
-            return None
-        value, unit = float(n), "bytes"
-        for next_unit in ("kB", "MB", "GB", "TB"):
-            if abs(value) < 10240:
-                break
-            value, unit = value / 1024, next_unit
-        return f"{int(round(value))} {unit}"
-
-    none: Callable[..., Any] = lambda *a: None  # noqa: E731
-    true: Callable[..., Any] = lambda *a: 1  # noqa: E731
-    zero: Callable[..., Any] = lambda *a: 0  # noqa: E731
     return {
-        "pg_regex": (3, _regex), "pg_any_eq": (2, _any_eq), "pg_subscript": (2, _subscript),
-        "pg_array": (1, lambda v: _json(to_array(v))), "pg_bool": (1, _bool), "pg_text": (1, _text),
-        "pg_series": (3, series), "pg_regclass": (2, regclass), "pg_regtype": (2, regtype),
-        "pg_regnamespace": (2, regnamespace), "pg_regproc": (2, lambda v, m: _text(v)),
+        **_PURE,
+        "pg_regclass": (2, regclass),
         "pg_regrole": (2, lambda v, m: (ctx.user if m == "name" else USER_OID) if v is not None else None),
-        "to_regtype": (1, to_regtype), "to_regclass": (1, to_regclass),
-        "to_regnamespace": (1, lambda v: regnamespace(v) if v in NAMESPACES.values() else None),
-        "to_regproc": (1, none), "format_type": (2, format_type), "pg_get_userbyid": (1, userbyid),
-        "pg_table_is_visible": (1, table_is_visible), "pg_type_is_visible": (1, true),
-        "pg_function_is_visible": (1, true), "pg_collation_is_visible": (1, true),
-        "pg_get_expr": (-1, lambda expr, *a: expr), "pg_get_indexdef": (-1, get_indexdef),
+        "to_regclass": (1, to_regclass), "pg_get_userbyid": (1, userbyid),
+        "pg_table_is_visible": (1, table_is_visible), "pg_get_indexdef": (-1, get_indexdef),
         "pg_get_constraintdef": (-1, lambda oid, *a: objects.constraint_def.get(int(oid or 0))),
-        "pg_get_viewdef": (-1, none), "pg_get_functiondef": (1, none), "pg_get_triggerdef": (-1, none),
-        "pg_get_ruledef": (-1, none), "pg_get_statisticsobjdef_columns": (1, none),
-        "pg_get_serial_sequence": (2, none), "pg_get_partkeydef": (1, none), "obj_description": (-1, none),
-        "col_description": (2, none), "shobj_description": (2, none),
-        "pg_encoding_to_char": (1, lambda e: "UTF8" if e == 6 else "SQL_ASCII" if e == 0 else ""),
-        "pg_char_to_encoding": (1, lambda n: 6 if str(n).upper() in ("UTF8", "UTF-8") else -1),
-        "quote_ident": (1, lambda v: None if v is None else quote_ident(str(v))),
-        "quote_literal": (1, lambda v: None if v is None else "'" + str(v).replace("'", "''") + "'"),
-        "has_table_privilege": (-1, true), "has_schema_privilege": (-1, true), "has_database_privilege": (-1, true),
-        "has_column_privilege": (-1, true), "has_any_column_privilege": (-1, true),
-        "has_function_privilege": (-1, true), "has_sequence_privilege": (-1, true), "pg_has_role": (-1, true),
-        "pg_relation_size": (-1, zero), "pg_total_relation_size": (1, zero), "pg_table_size": (1, zero),
-        "pg_indexes_size": (1, zero), "pg_size_pretty": (1, size_pretty), "pg_relation_is_publishable": (1, zero),
-        "pg_partition_ancestors": (1, none), "pg_backend_pid": (0, zero), "pg_is_in_recovery": (0, zero),
-        "pg_jit_available": (0, zero), "current_setting": (-1, current_setting),
-        "array_to_string": (-1, array_to_string), "string_to_array": (-1, string_to_array),
-        "array_length": (-1, array_length), "array_upper": (-1, array_length), "array_lower": (-1, array_lower),
-        "cardinality": (1, lambda a: len(to_array(a) or [])), "array_position": (2, array_position),
-        "inet_server_addr": (0, none), "inet_server_port": (0, none), "txid_current": (0, zero),
-        "pg_current_xact_id": (0, zero), "pg_array_cat": (2, _array_cat), "pg_int": (1, _int), "pg_float": (1, _float),
-        "pg_get_function_result": (1, none), "pg_get_function_arguments": (1, none),
-        "pg_get_function_identity_arguments": (1, none), "pg_tablespace_location": (1, lambda oid: ""),
-        "pg_get_viewdef_name": (-1, none), "pg_stat_get_numscans": (1, zero), "pg_describe_object": (3, none),
-        "pg_identify_object": (3, none), "pg_get_function_sqlbody": (1, none), "pg_get_publication_tables": (-1, none),
+        "current_setting": (-1, current_setting),
     }
+
+
+def _regtype(value: Any, mode: str = "oid") -> Any:
+    if value is None:
+        return None
+    t = BY_OID.get(int(value)) if _is_number(value) else type_by_name(str(value))
+    if t is None and mode == "name" and _is_number(value) and int(value) == 0:
+        return "-"
+    if t is None:
+        if mode == "name" and _is_number(value):
+            return str(value)
+        raise ValueError(f'type "{value}" does not exist')
+    return format_type(t.oid, -1) if mode == "name" else t.oid
+
+
+def _to_regtype(value: Any) -> int | None:
+    t = type_by_name(str(value)) if value is not None else None
+    return t.oid if t else None
+
+
+def _regnamespace(value: Any, mode: str = "oid") -> Any:
+    if value is None:
+        return None
+    if _is_number(value):
+        return NAMESPACES.get(int(value), str(value)) if mode == "name" else int(value)
+    oid = next((o for o, n in NAMESPACES.items() if n == str(value)), None)
+    if oid is None:
+        raise ValueError(f'schema "{value}" does not exist')
+    return value if mode == "name" else oid
+
+
+def _array_length(arr: Any, dim: Any = 1) -> int | None:
+    items = to_array(arr)
+    return len(items) if items and int(dim or 1) == 1 else None
+
+
+def _array_lower(arr: Any, dim: Any = 1) -> int | None:
+    return 1 if to_array(arr) and int(dim or 1) == 1 else None
+
+
+def _array_to_string(arr: Any, sep: Any, null: Any = None) -> str | None:
+    items = to_array(arr)
+    if items is None:
+        return None
+    return str(sep).join(str(i) if i is not None else str(null) for i in items if i is not None or null is not None)
+
+
+def _string_to_array(text: Any, sep: Any, null: Any = None) -> str | None:
+    if text is None:
+        return None
+    parts = str(text).split(str(sep)) if sep is not None else list(str(text))
+    return _json([None if null is not None and p == null else p for p in parts])
+
+
+def _series(start: Any, stop: Any, step: Any = 1) -> str | None:
+    if start is None or stop is None:
+        return None
+    values = range(int(start), int(stop) + (1 if int(step) > 0 else -1), int(step))
+    if len(values) > _MAX_SERIES:
+        raise ValueError(f"generate_series of more than {_MAX_SERIES} rows in a catalog query")
+    return _json(list(values))
+
+
+def _array_position(arr: Any, value: Any) -> int | None:
+    items = to_array(arr) or []
+    return next((i + 1 for i, v in enumerate(items) if _same(v, value)), None)
+
+
+def _size_pretty(n: Any) -> str | None:
+    if n is None:
+        return None
+    value, unit = float(n), "bytes"
+    for next_unit in ("kB", "MB", "GB", "TB"):
+        if abs(value) < 10240:
+            break
+        value, unit = value / 1024, next_unit
+    return f"{int(round(value))} {unit}"
+
+
+_none: Callable[..., Any] = lambda *a: None  # noqa: E731
+_true: Callable[..., Any] = lambda *a: 1  # noqa: E731
+_zero: Callable[..., Any] = lambda *a: 0  # noqa: E731
+
+
+# The functions that need no query's context.
+_PURE: dict[str, tuple[int, Callable[..., Any]]] = {
+    "pg_regex": (3, _regex), "pg_any_eq": (2, _any_eq), "pg_subscript": (2, _subscript),
+    "pg_array": (1, lambda v: _json(to_array(v))), "pg_bool": (1, _bool), "pg_text": (1, _text),
+    "pg_series": (3, _series), "pg_regtype": (2, _regtype), "pg_regnamespace": (2, _regnamespace),
+    "pg_regproc": (2, lambda v, m: _text(v)), "to_regtype": (1, _to_regtype),
+    "to_regnamespace": (1, lambda v: _regnamespace(v) if v in NAMESPACES.values() else None),
+    "to_regproc": (1, _none), "format_type": (2, format_type), "pg_type_is_visible": (1, _true),
+    "pg_function_is_visible": (1, _true), "pg_collation_is_visible": (1, _true),
+    "pg_get_expr": (-1, lambda expr, *a: expr), "pg_get_viewdef": (-1, _none), "pg_get_functiondef": (1, _none),
+    "pg_get_triggerdef": (-1, _none), "pg_get_ruledef": (-1, _none), "pg_get_statisticsobjdef_columns": (1, _none),
+    "pg_get_serial_sequence": (2, _none), "pg_get_partkeydef": (1, _none), "obj_description": (-1, _none),
+    "col_description": (2, _none), "shobj_description": (2, _none),
+    "pg_encoding_to_char": (1, lambda e: "UTF8" if e == 6 else "SQL_ASCII" if e == 0 else ""),
+    "pg_char_to_encoding": (1, lambda n: 6 if str(n).upper() in ("UTF8", "UTF-8") else -1),
+    "quote_ident": (1, lambda v: None if v is None else quote_ident(str(v))),
+    "quote_literal": (1, lambda v: None if v is None else "'" + str(v).replace("'", "''") + "'"),
+    "has_table_privilege": (-1, _true), "has_schema_privilege": (-1, _true), "has_database_privilege": (-1, _true),
+    "has_column_privilege": (-1, _true), "has_any_column_privilege": (-1, _true),
+    "has_function_privilege": (-1, _true), "has_sequence_privilege": (-1, _true), "pg_has_role": (-1, _true),
+    "pg_relation_size": (-1, _zero), "pg_total_relation_size": (1, _zero), "pg_table_size": (1, _zero),
+    "pg_indexes_size": (1, _zero), "pg_size_pretty": (1, _size_pretty), "pg_relation_is_publishable": (1, _zero),
+    "pg_partition_ancestors": (1, _none), "pg_backend_pid": (0, _zero), "pg_is_in_recovery": (0, _zero),
+    "pg_jit_available": (0, _zero), "array_to_string": (-1, _array_to_string),
+    "string_to_array": (-1, _string_to_array), "array_length": (-1, _array_length),
+    "array_upper": (-1, _array_length), "array_lower": (-1, _array_lower),
+    "cardinality": (1, lambda a: len(to_array(a) or [])), "array_position": (2, _array_position),
+    "inet_server_addr": (0, _none), "inet_server_port": (0, _none), "txid_current": (0, _zero),
+    "pg_current_xact_id": (0, _zero), "pg_array_cat": (2, _array_cat), "pg_int": (1, _int), "pg_float": (1, _float),
+    "pg_get_function_result": (1, _none), "pg_get_function_arguments": (1, _none),
+    "pg_get_function_identity_arguments": (1, _none), "pg_tablespace_location": (1, lambda oid: ""),
+    "pg_get_viewdef_name": (-1, _none), "pg_stat_get_numscans": (1, _zero), "pg_describe_object": (3, _none),
+    "pg_identify_object": (3, _none), "pg_get_function_sqlbody": (1, _none), "pg_get_publication_tables": (-1, _none),
+}
 
 
 def _is_number(value: Any) -> bool:
