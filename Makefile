@@ -4,10 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit chaos test-cluster bench lint java
+.PHONY: demo test unit chaos test-cluster bench lint java chromium
 
 java:
 	@bash scripts/check-java.sh
+
+# The dashboard's browser test drives Debian's chromium: installed here where missing (as root).
+chromium:
+	@bash scripts/check-chromium.sh
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +24,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 demo: java $(VENV)/.installed
 	$(BIN)/sparkwave demo
 
-test: java $(VENV)/.installed
+test: java chromium $(VENV)/.installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

@@ -9,6 +9,7 @@ server, the same reads in process: the fast path (`frontend/reads.py`) against t
 
     python -m bench.bench_server            # SPARKWAVE_BENCH_SERVER_ROWS=1000000 by default
     python -m bench.bench_server --only scan   # only `SELECT *` over the wire, both servers
+    python -m bench.bench_server --only point  # only the point queries over the wire, both servers
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def _sparkwave_server(session):  # -> (Listener, dsn)
     return listener, f"host={host} port={port} user=sparkwave dbname=dev"
 
 
-def _over_the_wire(name: str, dsn: str, points: bool = True) -> dict[str, Any]:
+def _over_the_wire(name: str, dsn: str, points: bool = True, scans: bool = True) -> dict[str, Any]:
     from bench.common import median, pct
 
     figures: dict[str, Any] = {"load": _load()}
@@ -230,6 +231,8 @@ def _over_the_wire(name: str, dsn: str, points: bool = True) -> dict[str, Any]:
         r = run_client({"dsn": dsn, "mode": "point", "clients": clients, "queries": POINT_QUERIES, "keys": ROWS})
         figures[f"points{clients}"] = (pct(r["latencies"], 50) * 1000, pct(r["latencies"], 99) * 1000,
                             len(r["latencies"]) / r["seconds"])
+    if not scans:
+        return figures
     r = run_client({"dsn": dsn, "mode": "scan", "rounds": SCAN_ROUNDS})
     assert r["rows"] == ROWS, f"{name}: SELECT * returned {r['rows']} rows, not {ROWS}"
     figures["scan"] = ROWS / median(r["seconds"])
@@ -253,10 +256,13 @@ def _sql_e(session, rounds: int = 5) -> list[float]:
 
 
 def main(only: str | None = None) -> str:
-    """The whole benchmark, or with `only="scan"` just `SELECT *` over the wire from both servers."""
+    """The whole benchmark, or with `only="scan"` just `SELECT *` over the wire from both servers,
+    with `only="point"` just the point queries over the wire."""
     from bench.common import median, report
 
-    scan_only = only == "scan"
+    if only not in (None, "scan", "point"):
+        raise SystemExit(f"--only takes scan or point, not {only!r}")
+    scan_only, point_only = only == "scan", only == "point"
     rows = _rows()
     session = _warehouse(rows)
     lines = [f"A {ROWS:,}-row MV `m (k bigint key, v bigint, s varchar, d double, ts timestamptz)`, compacted (key "
@@ -265,17 +271,17 @@ def main(only: str | None = None) -> str:
              "the clients are threads of one child process, psycopg 3, a prepared statement (`prepare=True`); "
              "`SELECT *` read with `fetchall()`.", ""]
     try:
-        if not scan_only:
+        if only is None:
             _in_process(session, lines)
         pg, pg_dsn = _postgres(rows)
         try:
-            theirs = _over_the_wire("PostgreSQL", pg_dsn, points=not scan_only)
+            theirs = _over_the_wire("PostgreSQL", pg_dsn, points=not scan_only, scans=not point_only)
         finally:
             pg.close()
         listener, dsn = _sparkwave_server(session)
         try:
-            ours = _over_the_wire("sparkwave", dsn, points=not scan_only)
-            sql_e = [] if scan_only else _sql_e(session)
+            ours = _over_the_wire("sparkwave", dsn, points=not scan_only, scans=not point_only)
+            sql_e = [] if only is not None else _sql_e(session)
         finally:
             listener.stop()
             from sparkwave.cli.serve import remove_server_file
@@ -293,8 +299,9 @@ def main(only: str | None = None) -> str:
                   f"{p99 / pg99:.1f}x | <= 50 ms |",
                   f"| point queries/s, {clients} client{'s' if clients > 1 else ''} | {qps:,.0f} | {pgqps:,.0f} | "
                   f"{qps / pgqps:.2f}x | |"]
-    lines += [f"| `SELECT *` rows/s (median of {SCAN_ROUNDS}) | {ours['scan']:,.0f} | {theirs['scan']:,.0f} | "
-              f"{ours['scan'] / theirs['scan']:.2f}x | >= 0.3x |"]
+    if not point_only:
+        lines += [f"| `SELECT *` rows/s (median of {SCAN_ROUNDS}) | {ours['scan']:,.0f} | {theirs['scan']:,.0f} | "
+                  f"{ours['scan'] / theirs['scan']:.2f}x | >= 0.3x |"]
     if sql_e:
         lines.append(f"| `sparkwave sql -e` beside the server, s (median of {len(sql_e)}) | {median(sql_e):.2f} | | | "
                      "<= 1 s |")

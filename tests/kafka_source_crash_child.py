@@ -12,8 +12,8 @@ import sys
 import sparkwave
 from sparkwave.core.spark import create_spark
 from tests import TEST_MASTER
-from tests.kafka_util import Topic
 from tests.integration.test_kafka_source import MVS, source_sql
+from tests.kafka_util import Topic
 
 MESSAGES = 800
 

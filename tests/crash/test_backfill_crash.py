@@ -11,8 +11,8 @@ import pytest
 import sparkwave
 from sparkwave.core.catalog import Catalog
 from tests import backfill_crash_child as child
-from tests.oracle import Model, multiset, rows_of
 from tests.crash.test_crash import run_child
+from tests.oracle import Model, multiset, rows_of
 
 POINTS = [
     # reading the second chunk (make chaos)

@@ -9,9 +9,9 @@ import pytest
 import sparkwave
 from sparkwave.core.catalog import Catalog
 from tests import dataflow_crash_child as child
-from tests.oracle import Model, multiset, rows_of
 from tests.crash.test_backfill_crash import acked_statements, in_flight
 from tests.crash.test_crash import run_child
+from tests.oracle import Model, multiset, rows_of
 
 POINTS = [
     "mid_commit:6",                 # steady state: some of an epoch's MV and state-table commits made

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sparkwave
-from tests.oracle import Model, connect, multiset, rows_of, to_sql
 from tests.integration.test_oracle import FAST_PHASES
+from tests.oracle import Model, connect, multiset, rows_of, to_sql
 
 TABLES = [
     ("CREATE TABLE f (id int, g int, d int, v int, x decimal(10, 2), PRIMARY KEY (id))",

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import sparkwave
 from sparkwave.core import policy
-from tests.oracle import Model, rows_of, to_sql
 from tests.integration.test_dataflow_oracle import TABLES, check, stmt
 from tests.integration.test_oracle import FAST_PHASES
+from tests.oracle import Model, rows_of, to_sql
 
 LINKED_MVS = [
     ("l_early", "SELECT e.g, e.v, dim.name FROM e JOIN dim ON e.g = dim.g"),

@@ -33,8 +33,8 @@ import sparkwave
 from sparkwave.core.schema import Schema
 from sparkwave.stream.dataflow import top_of
 from sparkwave.stream.plan import from_json
-from tests.oracle import multiset, rows_of, values_sql
 from tests.integration.test_oracle import FAST_PHASES
+from tests.oracle import multiset, rows_of, values_sql
 
 SUBCASES = 6
 EPOCHS = 2  # the first seeds every table; the second changes rows the state already holds

@@ -40,8 +40,8 @@ def test_flush_waits_for_dml_staged_while_an_epoch_was_being_planned(session):
     answered: dict[str, int] = {}
     flusher = threading.Thread(target=lambda: answered.update(epoch=s.flush()))
     flusher.start()
-    with loop._wake:  # the flush has begun once it has asked for a barrier
-        assert loop._wake.wait_for(lambda: loop._flush_requests > 0, timeout=120)
+    with loop.barriers.cond:  # the flush has begun once it has asked for a barrier
+        assert loop.barriers.cond.wait_for(lambda: loop._flush_requests > 0, timeout=120)
     resume.set()
     flusher.join(120)
     assert s.table("t", as_of=answered["epoch"]).count() == 1

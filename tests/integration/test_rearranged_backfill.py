@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
-from tests.oracle import multiset, rows_of, to_sql
 from tests.integration.test_backfill import check_from_snapshot, job, seeded
+from tests.oracle import multiset, rows_of, to_sql
 
 AGG = ("ra", "SELECT b, count(*) AS n, sum(a) AS s, max(a) AS mx FROM t GROUP BY b")
 PROJ = ("rp", "SELECT k, a * 2 AS a2, upper(b) AS ub FROM t WHERE a > 5")

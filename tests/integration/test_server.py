@@ -131,6 +131,18 @@ def test_explain_returns_the_plan_as_rows_and_creates_nothing(server):
         assert c.execute("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'y_explained'").fetchone() == (0,)
 
 
+def test_explain_of_an_mv_by_name_through_psycopg_and_sparkwave_sql(server):
+    with server.connect() as c:
+        c.execute("CREATE TABLE y_explain_mv (k int PRIMARY KEY, g varchar, v bigint)")
+        c.execute("CREATE MATERIALIZED VIEW y_explain_sums AS SELECT g, sum(v) AS s FROM y_explain_mv GROUP BY g")
+        lines = [r[0] for r in c.execute("EXPLAIN y_explain_sums").fetchall()]
+    assert lines[0].startswith("Materialize(y_explain_sums, key: [g]"), lines
+    assert any('y_explain_sums.a3 "sum(v) per g"' in ln for ln in lines), lines
+    r = cli("sql", "--url", server.url, "-e", "EXPLAIN y_explain_sums")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "QUERY PLAN" in r.stdout and 'y_explain_sums.a3 "sum(v) per g"' in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("binary", [False, True])
 def test_every_type_round_trips_exactly_through_parameters(server, binary):
     table = f"y_types_{int(binary)}"
@@ -462,3 +474,56 @@ def test_a_cancel_after_a_statement_ended_does_not_cancel_the_next(server):
         assert [tuple(r) for batch in outcome.batches for r in batch] == [(42,)]
     finally:
         client.close()
+
+
+def test_a_prepared_point_read_follows_epochs_compaction_and_a_dropped_relation(server):
+    """A prepared point query is parsed once, at Parse, and the catalog's listing is kept while the
+    catalog is unchanged: each Execute still reads the latest committed epoch, through a compaction,
+    and a NULL or an absent key, and a relation dropped since Parse is the same error as ever."""
+    q = "SELECT k, v FROM pr_follow WHERE k = %s"
+    with server.connect() as c:
+        c.execute("CREATE TABLE pr_follow (k bigint PRIMARY KEY, v varchar)")
+        c.execute("INSERT INTO pr_follow VALUES (1, 'a'), (2, 'b'), (-3, 'c')")
+        c.execute("FLUSH")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "a")]
+        assert c.execute(q, [-3], prepare=True).fetchall() == [(-3, "c")]
+        c.execute("UPDATE pr_follow SET v = 'a2' WHERE k = 1")
+        c.execute("FLUSH")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "a2")]
+        server.session.compact("pr_follow")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "a2")]
+        c.execute("DELETE FROM pr_follow WHERE k = 2")
+        c.execute("FLUSH")
+        assert c.execute(q, [2], prepare=True).fetchall() == []
+        assert c.execute(q, [None], prepare=True).fetchall() == []  # NULL: the Spark path answers
+        assert c.execute(q, [4], prepare=True).fetchall() == []
+        c.execute("DROP TABLE pr_follow")
+        with pytest.raises(psycopg.errors.UndefinedTable, match="pr_follow"):
+            c.execute(q, [1], prepare=True)
+        assert c.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+
+
+def test_a_prepared_point_read_after_a_drop_and_a_create_of_the_same_name_reads_the_new_relation(server):
+    """The fast path's kept catalog reads and the statement's kept resolution are of the relation the
+    name had then: a name dropped and created again, compacted with retention removing the old files,
+    is read as it is now, never as it was."""
+    q = "SELECT * FROM pr_again WHERE k = %s"
+    with server.connect() as c:
+        c.execute("SET retention_seconds = 0")
+        c.execute("CREATE TABLE pr_again (k int PRIMARY KEY, v varchar)")
+        c.execute("INSERT INTO pr_again VALUES (1, 'old')")
+        c.execute("FLUSH")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "old")]
+        c.execute("DROP TABLE pr_again")
+        c.execute("CREATE TABLE pr_again (k int PRIMARY KEY, v varchar)")
+        assert c.execute(q, [1], prepare=True).fetchall() == []  # the new one is empty
+        c.execute("INSERT INTO pr_again VALUES (1, 'new')")
+        c.execute("FLUSH")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "new")]
+        server.session.compact("pr_again")  # a new base; retention 0 removes the log it replaces
+        c.execute("UPDATE pr_again SET v = 'newer' WHERE k = 1")
+        c.execute("FLUSH")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "newer")]
+        server.session.compact("pr_again")
+        assert c.execute(q, [1], prepare=True).fetchall() == [(1, "newer")]
+        c.execute("SET retention_seconds = 3600")  # the default, for the module's other tests

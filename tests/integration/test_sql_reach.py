@@ -83,14 +83,16 @@ def test_a_value_that_would_grow_past_the_limit_fails_its_statement_not_the_owne
 
 def test_growing_calls_nest_only_a_few_deep():
     """Their guard writes their arguments twice: nested without bound, the SQL would double a level."""
-    from sparkwave.frontend.postgres import MAX_GROWING_NESTED, size_guarded
+    import sqlglot
+
+    from sparkwave.frontend.postgres import DIALECT, MAX_GROWING_NESTED, size_guarded
 
     deep = "v"
     for _ in range(MAX_GROWING_NESTED):
         deep = f"repeat({deep}, 2)"
-    size_guarded(parse(f"SELECT {deep} FROM t")[0].ast)
+    size_guarded(sqlglot.parse_one(f"SELECT {deep} FROM t", read=DIALECT))
     with pytest.raises(SqlError, match=f"nest at most {MAX_GROWING_NESTED} deep"):
-        size_guarded(parse(f"SELECT lpad({deep}, 3) FROM t")[0].ast)
+        size_guarded(sqlglot.parse_one(f"SELECT lpad({deep}, 3) FROM t", read=DIALECT))
 
 
 def test_an_mv_stored_with_a_query_this_version_refuses_is_taken_out_at_open(spark, tmp_path):

@@ -50,8 +50,21 @@ def check(s: sparkwave.Session, model: Model, at: int, names: dict[str, str]) ->
             same_as_query(s, name, sql)
 
 
+# MV queries Spark cannot run ad hoc, by a part of their text: its analyser resolves no outer column
+# two subqueries up
+NOT_AD_HOC = {"WHERE o2.c = o.c": "cannot be resolved"}
+
+
 def same_as_query(s: sparkwave.Session, name: str, sql: str) -> None:
-    """The MV `name` holds the rows its query `sql` gives when run ad hoc."""
+    """The MV `name` holds the rows its query `sql` gives when run ad hoc (a bare VALUES as a FROM
+    item: statements take it only in CREATE)."""
+    refused = next((error for part, error in NOT_AD_HOC.items() if part in sql), None)
+    if refused is not None:
+        with pytest.raises(SqlError, match=refused):
+            s.sql(sql)
+        return
+    if sql.lstrip().upper().startswith("VALUES"):
+        sql = f"SELECT * FROM ({sql}) AS v"
     mv, query = multiset(rows_of(s.table(name))), multiset(rows_of(s.sql(sql)))
     assert query == mv, f"query of MV {name} differs from the MV: extra {query - mv}, missing {mv - query}"
 
@@ -137,6 +150,9 @@ def test_decimal_sum_is_exact_or_null_on_both_paths(session):
                   [("delete", "t", "id = 10"), ("insert", "t", [(3, 2, NEG, NEG10), (4, 2, BIG, BIG10)])],
                   [("delete", "t", "g <> 3")]):
         check(s, model, epoch(s, model, batch), mvs)
+        # with FILTER too (an MV rewrites it into the argument; a query keeps it): exact both ways
+        assert multiset(rows_of(s.sql("SELECT g, sum(x) FILTER (WHERE id > 0) AS sx FROM t GROUP BY g"))) == \
+            multiset(rows_of(s.sql("SELECT g, sx FROM sums")))
 
 
 def test_outer_join_on_conditions_on_one_side(session):

@@ -24,7 +24,7 @@ from sparkwave.core.schema import Column, Schema, SqlType
 from sparkwave.frontend.plan.explain import explain
 from sparkwave.frontend.plan.static_catalog import StaticCatalog
 from sparkwave.frontend.plan.types import TypeOracle
-from sparkwave.frontend.statements import parse
+from sparkwave.frontend.statements import CreateMaterializedView, Explain, Query, parse
 
 HERE = Path(__file__).parent
 _RELATION = re.compile(r"-- (table|mv|source) (\w+) \((.*)\) key \((.*)\)( append only)?")
@@ -64,9 +64,11 @@ def render(case: Case, types: TypeOracle) -> list[str]:
     catalog = catalog_of(case, types)
     try:
         (stmt,) = parse(case.sql)
-        if stmt.kind == "explain":
-            stmt = stmt.args["statement"]
-        name = stmt.args.get("name", "query")
+        if isinstance(stmt, Explain):
+            assert not isinstance(stmt.target, str), "a golden case explains a statement, not a name"
+            stmt = stmt.target
+        assert isinstance(stmt, CreateMaterializedView | Query), f"a golden case plans a query, not {stmt.snippet}"
+        name = stmt.name if isinstance(stmt, CreateMaterializedView) else "query"
         return explain(name, catalog.plan(stmt))
     except SparkwaveError as e:
         return [f"ERROR: {normalized(str(e))}"]

@@ -13,6 +13,7 @@ import pytest
 from sparkwave.core.errors import SparkwaveError
 from sparkwave.frontend.plan.explain import explain
 from sparkwave.frontend.plan.planner import Planner
+from sparkwave.frontend.statements import CreateMaterializedView
 from tests.planner.golden import normalized, relation_line
 
 _current: dict[str, Any] = {"test": "", "count": 0}
@@ -38,16 +39,16 @@ def pytest_configure(config: pytest.Config) -> None:
         expected: list[str]
         try:
             result = original(self, query)
-            expected = explain(stmt.args.get("name", "query"), result)
+            expected = explain(stmt.name if isinstance(stmt, CreateMaterializedView) else "query", result)
             return result
         except SparkwaveError as e:
             expected = [f"ERROR: {normalized(str(e))}"]
             raise
         finally:
-            if stmt.kind == "create_mv":
+            if isinstance(stmt, CreateMaterializedView):
                 _current["count"] += 1
                 with open(path, "a") as f:
-                    f.write(json.dumps({"case": f"{_current['test']}/{stmt.args['name']}",
+                    f.write(json.dumps({"case": f"{_current['test']}/{stmt.name}",
                                         "relations": [relation_line(r) for r in looked.values()],
                                         "sql": stmt.text, "expected": expected}) + "\n")
 

@@ -21,6 +21,7 @@ from sparkwave.devtools.kafka_broker import Broker
 from sparkwave.devtools.postgres_server import PostgresServer
 from sparkwave.frontend.session import Session, connect
 from sparkwave.meta.barrier import EpochReport
+from sparkwave.server.http import HttpServer
 from sparkwave.storage.warehouse import Warehouse
 
 FIRST_MVS = """
@@ -134,7 +135,12 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
     try:
         with connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
             session.append(s)
-            _run(console, s, broker.bootstrap, pg, warehouse + "-lake", started, seconds)
+            http = _dashboard(s)
+            console.print(f"[bold]dashboard[/] on http://127.0.0.1:{http.port}/ (metrics at /metrics)")
+            try:
+                _run(console, s, broker.bootstrap, pg, warehouse + "-lake", started, seconds)
+            finally:
+                http.stop()
     finally:
         stop.set()
         producer.join(15)
@@ -142,6 +148,14 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
         pg.close()
         shutil.rmtree(warehouse + "-kafka", ignore_errors=True)
     return 0
+
+
+def _dashboard(s: Session) -> HttpServer:
+    """The dashboard on its usual port, or on a free one if that is taken (a `sparkwave serve` running)."""
+    try:
+        return HttpServer(s, "127.0.0.1").start()
+    except OSError:
+        return HttpServer(s, "127.0.0.1", 0).start()
 
 
 def _run(console: Console, s: Session, bootstrap: str, pg: PostgresServer, lake: str, started: float,

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--warehouse", required=True)
     p_serve.add_argument("--host", default="127.0.0.1")
     p_serve.add_argument("--port", type=int, default=4566)
-    p_serve.add_argument("--http-port", type=int, default=5691, help="GET /health (0: none)")
+    p_serve.add_argument("--http-port", type=int, default=5691, help="the dashboard, /metrics and /health (0: none)")
     p_serve.add_argument("--spark-master", default=None, help="default: $SPARKWAVE_SPARK_MASTER or local[*]")
     p_serve.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark setting (repeatable)")
     p_serve.add_argument("--password", default=None, help="enables SCRAM-SHA-256 (or $SPARKWAVE_PASSWORD)")

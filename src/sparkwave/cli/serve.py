@@ -17,12 +17,10 @@ import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TextIO
 
 SERVER_FILE = "server.json"
-HEALTH_TIMEOUT_S = 10.0  # seconds the health endpoint waits for a request's bytes
 STOP_GRACE_S = 40.0  # then the running epoch is abandoned (replayed at the next start) and Spark's jobs cancelled
 STOP_HARD_S = 15.0  # after the abandon, at most this much more
 WATCH_EVERY_S = 1.0
@@ -117,12 +115,14 @@ def _run(args: Any, console: Console, spark: Any, password: str | None) -> int:
         listener.start()
         port = listener.address[1]
         if args.http_port:
-            http = _health_server(args.host, args.http_port, session)
-        write_server_file(Path(args.warehouse), args.host, port, http.server_address[1] if http else None)
+            from sparkwave.server.http import HttpServer
+
+            http = HttpServer(session, args.host, args.http_port, password).start()
+        write_server_file(Path(args.warehouse), args.host, port, http.port if http else None)
         console(f"listening on {args.host}:{port} (PostgreSQL protocol"
                 f"{', SCRAM-SHA-256' if password else ', loopback clients only, no password'})")
         if http is not None:
-            console(f"health on http://{args.host}:{http.server_address[1]}/health")
+            console(f"dashboard on http://{_url_host(args.host)}:{http.port}/ (metrics at /metrics, health at /health)")
         watcher = _Watcher(session, console, stop)
         watcher.start()
         while not stop.wait(1.0):
@@ -131,7 +131,7 @@ def _run(args: Any, console: Console, spark: Any, password: str | None) -> int:
     finally:
         remove_server_file(Path(args.warehouse))
         if http is not None:
-            http.shutdown()
+            http.stop()
         backend.close()  # no new sessions; every running statement cancelled
         listener.stop(timeout=10.0)
         _close(session, console)
@@ -285,33 +285,8 @@ class _Watcher(threading.Thread):
         self.pipeline = error
 
 
-def _health_server(host: str, port: int, session: Any) -> ThreadingHTTPServer:
-    """`GET /health`: the committed epoch and the pipeline's error, as JSON (issue 46's dashboard
-    will live beside it)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        timeout = HEALTH_TIMEOUT_S  # a client that never finishes its request does not keep its thread
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.rstrip("/") != "/health":
-                self.send_error(404)
-                return
-            try:
-                body = {"status": "ok", "committed_epoch": session.committed_epoch,
-                        "pipeline_error": session.pipeline_error}
-            except Exception as e:
-                body = {"status": "stopping", "error": str(e)}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="sparkwave-health", daemon=True).start()
-    return server
+def _url_host(host: str) -> str:
+    """The listen address as a browser would be pointed at it."""
+    if host in ("", "0.0.0.0", "::", "*"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host

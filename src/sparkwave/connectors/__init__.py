@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from sparkwave.connectors.base import Connector
 from sparkwave.connectors.datagen import Datagen
+from sparkwave.connectors.delta_source import DeltaSource
+from sparkwave.connectors.files import PosixFs
 from sparkwave.connectors.kafka import Kafka
 from sparkwave.connectors.nexmark import Nexmark
 from sparkwave.connectors.sink import SinkSpec, SinkTarget
@@ -14,7 +16,9 @@ from sparkwave.connectors.sink_postgres import PostgresSink
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import Schema
 
-CONNECTORS: dict[str, type[Connector]] = {"datagen": Datagen, "nexmark": Nexmark, "kafka": Kafka}
+CONNECTORS: dict[str, type[Connector]] = {"datagen": Datagen, "nexmark": Nexmark, "kafka": Kafka,
+                                           "deltalake": DeltaSource, "posix_fs": PosixFs}
+SOURCE_CONNECTORS = ("kafka", "deltalake", "posix_fs")  # those whose history can be read again (CREATE SOURCE)
 SINKS: dict[str, type[SinkTarget]] = {"postgres": PostgresSink, "kafka": KafkaSink, "deltalake": DeltaSink}
 
 

@@ -38,6 +38,12 @@ class Connector:
         """Columns the connector adds to the table's (message metadata, say)."""
         return []
 
+    @staticmethod
+    def table_columns(options: dict[str, str]) -> list[Column] | None:
+        """The columns of a CREATE that declares none, where the connector can read them from its
+        system (a Delta table's schema); None: they must be declared."""
+        return None
+
     def initial_offsets(self) -> dict[str, int]:
         """Each split's first offset, decided at CREATE (default: 0 for every split)."""
         return {}

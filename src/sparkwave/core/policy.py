@@ -4,7 +4,7 @@ semantics, and the decisions made from them, in one place.
 Each stateful operator has three evaluations (Arrow per epoch on the driver, Spark frames for a big
 epoch, Spark from snapshots; `stream/operator.py`), and reads and writes have a driver path and a
 Spark path (local relations, snapshots overlaid in Arrow, a Kafka range read by the driver). The
-paths compute the same rows (`tests/test_parity.py`); only their cost differs, and these functions
+paths compute the same rows (`tests/integration/test_parity.py`); only their cost differs, and these functions
 say which one a size calls for. Every layer asks here, so a threshold is defined once and a
 decision is named where it is made. `big_epoch_rows` is a user setting (`meta/settings.py`): the
 decisions that depend on it take its value. The figures behind the constants are in

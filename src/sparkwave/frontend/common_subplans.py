@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from dataclasses import fields
 
 from sparkwave.stream.aggregate import Aggregate
-from sparkwave.stream.operator import Operator, renamed
+from sparkwave.stream.expressions import canonical, renamed
+from sparkwave.stream.operator import Operator
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.share import Share
@@ -108,10 +109,10 @@ def _columns(a_exprs: list[tuple[str, str]], b_exprs: list[tuple[str, str]], inn
     matching columns, `inner`; a scan's are over the upstream's own columns)."""
     by_expr: dict[str, str] = {}
     for n, e in a_exprs:
-        by_expr.setdefault(e, n)
+        by_expr.setdefault(canonical(e), n)  # `renamed` writes its text as the generator does
     names: Names = {}
     for n, e in b_exprs:
-        text = e if inner is None else renamed(e, inner)
+        text = canonical(e) if inner is None else renamed(e, inner)
         if text is None or text not in by_expr:
             return None
         names[n] = by_expr[text]
@@ -119,4 +120,4 @@ def _columns(a_exprs: list[tuple[str, str]], b_exprs: list[tuple[str, str]], inn
 
 
 def _same_predicate(a: str | None, b: str | None, names: Names) -> bool:
-    return a == b if a is None or b is None else renamed(b, names) == a
+    return a == b if a is None or b is None else renamed(b, names) == canonical(a)

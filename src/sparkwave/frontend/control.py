@@ -11,14 +11,14 @@ from pathlib import Path
 
 from sparkwave.core.catalog import Catalog, JobRow
 from sparkwave.core.errors import CatalogError, OwnershipError
-from sparkwave.frontend.statements import Statement, parse, rate_limit_value
+from sparkwave.frontend.statements import AlterBackfillRate, AlterSinkRate, Cancel, parse, rate_limit_value
 
-CONTROL_KINDS = ("alter_rate", "alter_sink_rate", "cancel")
+CONTROL = (AlterBackfillRate, AlterSinkRate, Cancel)  # the statements a process that is not the owner may run
 
 
-def creating_job_of(catalog: Catalog, stmt: Statement) -> JobRow:
+def creating_job_of(catalog: Catalog, stmt: AlterBackfillRate) -> JobRow:
     """The creating job an ALTER ... SET BACKFILL_RATE_LIMIT names."""
-    name = stmt.args["name"]
+    name = stmt.name
     job = catalog.job_of(name)
     if job is None or catalog.relation(name) is None:
         raise CatalogError(f"no materialized view {name!r} to alter (at {stmt.where(name)})")
@@ -32,26 +32,26 @@ def queue_requests(catalog_path: Path, text: str, not_owner: OwnershipError) -> 
     """Validate and queue the control statements of `text`; returns (request id, description)."""
     stmts = parse(text)
     for st in stmts:
-        if st.kind not in CONTROL_KINDS:
+        if not isinstance(st, CONTROL):
             raise not_owner
     catalog = Catalog(catalog_path, create=False)
     try:
         queued: list[tuple[str, int, int | None, str]] = []
         for st in stmts:
-            if st.kind == "alter_sink_rate":
-                limit = rate_limit_value(st, st.args["value"])
-                sink = catalog.sink(st.args["name"])
+            if isinstance(st, AlterSinkRate):
+                limit = rate_limit_value(st, st.value)
+                sink = catalog.sink(st.name)
                 if sink is None:
-                    raise CatalogError(f"no sink {st.args['name']!r} to alter (at {st.where(st.args['name'])})")
+                    raise CatalogError(f"no sink {st.name!r} to alter (at {st.where(st.name)})")
                 queued.append(("rate_limit", sink.job, limit, f"sink {sink.name}: rate limit "
                                f"{'unlimited' if limit is None else limit}"))
-            elif st.kind == "alter_rate":
-                limit = rate_limit_value(st, st.args["value"])
+            elif isinstance(st, AlterBackfillRate):
+                limit = rate_limit_value(st, st.value)
                 job = creating_job_of(catalog, st)
                 queued.append(("rate_limit", job.id, limit, f"job {job.id} ({job.relation}): rate limit "
                                f"{'unlimited' if limit is None else limit}"))
-            else:
-                for job_id in st.args["ids"]:
+            elif isinstance(st, Cancel):
+                for job_id in st.ids:
                     job = catalog.creating_job(job_id)
                     queued.append(("cancel", job.id, None, f"job {job.id} ({job.relation}): cancel"))
         return [(catalog.add_request(job_id, kind, value), what) for kind, job_id, value, what in queued]

@@ -11,14 +11,14 @@ from typing import Any
 
 from sqlglot import exp
 
-from sparkwave.connectors import connector_class, make_connector
+from sparkwave.connectors import SOURCE_CONNECTORS, connector_class, make_connector
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.names import relation_name
 from sparkwave.core.schema import Column, Schema, column_name_problem, parse_type
 from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.progress_bars import JobBars
-from sparkwave.frontend.statements import Statement
+from sparkwave.frontend.statements import CreateMaterializedView, CreateSink, CreateTable, Drop, Statement
 from sparkwave.meta.barrier import BarrierLoop
 from sparkwave.meta.creating_job import Strategy
 from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
@@ -35,6 +35,33 @@ log = logging.getLogger("sparkwave.ddl")
 ABANDON_AFTER_SECONDS = 5.0  # a DROP waits this long for the running epoch, then abandons it
 
 
+def _declared_columns(stmt: CreateTable, name: str) -> tuple[list[Column], list[str]]:
+    """A CREATE TABLE's columns, each checked, and its primary key as declared."""
+    columns: list[Column] = []
+    key: list[str] = []
+    for item in stmt.ast.this.expressions:
+        if isinstance(item, exp.ColumnDef):
+            cname = item.this.name.lower()
+            if problem := column_name_problem(cname):
+                raise stmt.error(f"column name {cname!r} {problem}; choose another name", cname)
+            if any(c.name == cname for c in columns):
+                raise stmt.error(f"duplicate column {cname!r}", cname)
+            if item.args.get("kind") is None:
+                raise stmt.error(f"column {cname!r} needs a type", cname)
+            columns.append(Column(cname, parse_type(item.args["kind"].sql(dialect="postgres"))))
+            if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in item.constraints):
+                key.append(cname)
+        elif isinstance(item, exp.PrimaryKey):
+            key.extend(i.name.lower() for i in item.expressions)
+        else:
+            raise stmt.error(f"unsupported table element {item.sql(dialect='postgres')!r}")
+    if not columns and stmt.options.get("connector"):
+        columns = connector_class(name, stmt.options).table_columns(stmt.options) or []
+    if not columns:
+        raise stmt.error(f"table {name!r} needs at least one column")
+    return columns, key
+
+
 class Ddl:
     progress_bars = True  # a foreground CREATE draws its job's progress on a terminal (not in `sparkwave serve`)
     # per thread: called while a foreground CREATE waits for its job; raising ends the wait (a client's cancel)
@@ -49,49 +76,29 @@ class Ddl:
         self.locks = locks
         self.creating = creating
 
-    def _exists(self, stmt: Statement, name: str) -> bool:
+    def _exists(self, stmt: CreateTable | CreateMaterializedView, name: str) -> bool:
         """Whether CREATE ... IF NOT EXISTS has nothing to do; an error if the name is taken."""
         if self.catalog.relation(name) is None:
             return False
-        if stmt.args["if_not_exists"]:
+        if stmt.if_not_exists:
             return True
         raise CatalogError(f"relation {name!r} already exists (at {stmt.where(name)})", sqlstate="42P07",
                            at=stmt.at(name))
 
-    def create_table(self, stmt: Statement, kind: str = "table") -> None:
-        """CREATE TABLE, or CREATE SOURCE (`kind = 'source'`): a Kafka relation that stores nothing;
-        the main graph hands what it reads each epoch to the MVs over it, and an MV created later
-        reads the history from Kafka (a source backfill)."""
-        ast = stmt.ast
-        assert isinstance(ast, exp.Create)
-        table = ast.this.this
+    def create_table(self, stmt: CreateTable) -> None:
+        """CREATE TABLE, or CREATE SOURCE (`relation_kind` 'source'): a Kafka relation that stores
+        nothing; the main graph hands what it reads each epoch to the MVs over it, and an MV created
+        later reads the history from Kafka (a source backfill)."""
+        kind = stmt.relation_kind
+        table = stmt.ast.this.this
         if table.args.get("db") or table.args.get("catalog"):
             raise stmt.error(f"schema-qualified table names are not supported: {table.sql(dialect='postgres')}",
                              table.name)
         name = relation_name(table.name, f" (at {stmt.where(table.name)})")
         if self._exists(stmt, name):
             return
-        columns: list[Column] = []
-        key: list[str] = []
-        for item in ast.this.expressions:
-            if isinstance(item, exp.ColumnDef):
-                cname = item.this.name.lower()
-                if problem := column_name_problem(cname):
-                    raise stmt.error(f"column name {cname!r} {problem}; choose another name", cname)
-                if any(c.name == cname for c in columns):
-                    raise stmt.error(f"duplicate column {cname!r}", cname)
-                if item.args.get("kind") is None:
-                    raise stmt.error(f"column {cname!r} needs a type", cname)
-                columns.append(Column(cname, parse_type(item.args["kind"].sql(dialect="postgres"))))
-                if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in item.constraints):
-                    key.append(cname)
-            elif isinstance(item, exp.PrimaryKey):
-                key.extend(i.name.lower() for i in item.expressions)
-            else:
-                raise stmt.error(f"unsupported table element {item.sql(dialect='postgres')!r}")
-        if not columns:
-            raise stmt.error(f"table {name!r} needs at least one column")
-        options = stmt.args["options"]
+        columns, key = _declared_columns(stmt, name)
+        options = stmt.options
         if options and "connector" not in options:
             raise stmt.error("WITH options of a table need connector = '...'", "WITH")
         if options:
@@ -105,7 +112,7 @@ class Ddl:
         for k in key:
             if not any(c.name == k for c in columns):
                 raise stmt.error(f"primary key column {k!r} is not a column of {name!r}", k)
-        append_only = stmt.args["append_only"]
+        append_only = stmt.append_only
         if append_only and key:
             raise stmt.error("an APPEND ONLY table has no primary key", "APPEND ONLY")
         if options and not key:
@@ -115,15 +122,16 @@ class Ddl:
             key = ["_row_id"]
         schema = Schema(tuple(columns), tuple(key), append_only)
         definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
-        if (on_conflict := stmt.args.get("on_conflict")) is not None:
+        if (on_conflict := stmt.on_conflict) is not None:
             if append_only or key == ["_row_id"]:
                 raise stmt.error("ON CONFLICT needs a PRIMARY KEY: a table without one never has a conflict",
                                  "ON CONFLICT")
             if on_conflict != "overwrite":
                 definition["on_conflict"] = on_conflict
         if kind == "source":
-            if options.get("connector") != "kafka":
-                raise stmt.error("CREATE SOURCE needs WITH (connector = 'kafka', ...)", "SOURCE")
+            if options.get("connector") not in SOURCE_CONNECTORS:
+                raise stmt.error(f"CREATE SOURCE needs WITH (connector = {' | '.join(map(repr, SOURCE_CONNECTORS))}, "
+                                 "...)", "SOURCE")
             if not schema.append_only or options.get("format", "plain") != "plain":
                 raise stmt.error("a source is append-only: FORMAT PLAIN and no PRIMARY KEY (FORMAT UPSERT needs a "
                                  "TABLE, which stores the rows by key)", "SOURCE")
@@ -164,17 +172,17 @@ class Ddl:
             raise
 
 
-    def plan_schema(self, stmt: Statement, name: str) -> Schema:
+    def plan_schema(self, stmt: CreateSink, name: str) -> Schema:
         """The schema an MV of the statement's query would have (nothing is created)."""
         assert stmt.ast is not None
         return Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast).schema
 
-    def create_mv(self, stmt: Statement, sink: str | None = None) -> None:
+    def create_mv(self, stmt: CreateMaterializedView, sink: str | None = None) -> None:
         """CREATE MATERIALIZED VIEW; `sink` names the sink whose AS SELECT this MV holds."""
-        name = relation_name(stmt.args["name"], f" (at {stmt.where(stmt.args['name'])})")
+        name = relation_name(stmt.name, f" (at {stmt.where(stmt.name)})")
         if self._exists(stmt, name):
             return
-        options = {k.lower(): v for k, v in stmt.args["options"].items()}
+        options = {k.lower(): v for k, v in stmt.options.items()}
         unknown = set(options) - {"backfill_strategy"}
         if unknown:
             raise stmt.error(f"unknown option(s) {', '.join(sorted(unknown))} for CREATE MATERIALIZED VIEW", "WITH")
@@ -182,13 +190,12 @@ class Ddl:
         strategy = options.get("backfill_strategy", settings.backfill_strategy).lower()
         if strategy not in tuple(Strategy):
             raise stmt.error(SPECS["backfill_strategy"].error("backfill_strategy", strategy), "backfill_strategy")
-        assert stmt.ast is not None
         plan = Planner(stmt, self.rt.relation, self.spark).plan(stmt.ast)
         self._check_upstreams(stmt, name, plan.upstreams)
         if not plan.upstreams:
             strategy = "blocking"  # constant rows: nothing to backfill while the pipeline runs
         schemas = state_schemas(plan.root)
-        definition = {"sql": stmt.text, "query": stmt.args["query"], "upstreams": plan.upstreams,
+        definition = {"sql": stmt.text, "query": stmt.query, "upstreams": plan.upstreams,
                       "dataflow": plan.root.to_json(), "outputs": [list(o) for o in plan.outputs],
                       "states": list(schemas), "backfill_strategy": strategy}
         if sink is not None:
@@ -262,15 +269,15 @@ class Ddl:
                 raise CatalogError(f"cannot create {name!r} on {u!r}: {u!r} is itself still being created "
                                    f"(job {job.id if job else '?'}); WAIT for it first (at {stmt.where(u)})")
 
-    def drop(self, stmt: Statement) -> None:
-        name = stmt.args["name"]
+    def drop(self, stmt: Drop) -> None:
+        name = stmt.name
         rel = self.catalog.relation(name)
         if rel is None:
-            if stmt.args["if_exists"]:
+            if stmt.if_exists:
                 return
             raise CatalogError(f"cannot drop {name!r}: no such table or materialized view (at {stmt.where(name)})",
                                sqlstate="42P01", at=stmt.at(name))
-        if rel.kind != stmt.args["kind"]:
+        if rel.kind != stmt.what:
             what = {"table": "a table", "source": "a source"}.get(rel.kind, "a materialized view")
             raise stmt.error(f"cannot drop {name!r} this way: it is {what}", name)
         job = self.catalog.job_of(name)

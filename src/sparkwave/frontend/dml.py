@@ -34,7 +34,7 @@ from sparkwave.core.local_frames import local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend import value_size
 from sparkwave.frontend.postgres import GROWING, bytea_from_text, bytea_from_text_sql, to_spark
-from sparkwave.frontend.statements import Statement
+from sparkwave.frontend.statements import Delete, Insert, Statement, Update
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import Settings
 from sparkwave.storage.integrity import write_table
@@ -184,7 +184,7 @@ def target_table(rt: Runtime, stmt: Statement, table: exp.Expr | None) -> Relati
     return rel
 
 
-def insert_values(rt: Runtime, stmt: Statement) -> int:
+def insert_values(rt: Runtime, stmt: Insert) -> int:
     ast = stmt.ast
     assert isinstance(ast, exp.Insert)
     target = ast.this
@@ -348,7 +348,7 @@ def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
     return n
 
 
-def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
+def update(rt: Runtime, stmt: Update, epoch: int) -> int:
     ast = stmt.ast
     assert isinstance(ast, exp.Update)
     _refuse_returning(stmt, ast, "UPDATE")
@@ -376,7 +376,7 @@ def update(rt: Runtime, stmt: Statement, epoch: int) -> int:
     return stage(rt, rel, checked_cast(rt, rel, df, f"UPDATE {rel.name}"), Op.UPDATE_INSERT)
 
 
-def delete(rt: Runtime, stmt: Statement, epoch: int) -> int:
+def delete(rt: Runtime, stmt: Delete, epoch: int) -> int:
     ast = stmt.ast
     assert isinstance(ast, exp.Delete)
     _refuse_returning(stmt, ast, "DELETE")
@@ -452,7 +452,7 @@ def _refuse_append_only(stmt: Statement, rel: Relation, what: str) -> None:
         raise stmt.error(f"{what} is not allowed on append-only table {rel.name!r}", what)
 
 
-def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch: int) -> DataFrame:
+def _matching(rt: Runtime, stmt: Update | Delete, rel: Relation, ast: exp.Expr, epoch: int) -> DataFrame:
     """The rows of `rel` as of `epoch` that the statement's WHERE holds for. A table of at most
     `policy.LOCAL_ROWS` rows (`policy.runs_locally`) is read on the driver, so that Spark's optimizer
     evaluates the statement there (on one thread: a bigger one is read by a Spark scan, whose executors evaluate it)."""
@@ -463,9 +463,9 @@ def _matching(rt: Runtime, stmt: Statement, rel: Relation, ast: exp.Expr, epoch:
     for col in where.find_all(exp.Column):
         c = rel.schema.column(col.name.lower())
         if c is None or c.hidden:
-            raise CatalogError(f"unknown column {col.name!r} in WHERE of {stmt.kind.upper()} {rel.name} "
+            raise CatalogError(f"unknown column {col.name!r} in WHERE of {stmt.tag} {rel.name} "
                                f"(at {stmt.where(col.name)})", sqlstate="42703", at=stmt.at(col.name))
     try:
         return df.where(to_spark(where.this, _typed(rel), rt.spark))
     except Exception as e:
-        raise SqlError(f"{stmt.kind.upper()} {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None
+        raise SqlError(f"{stmt.tag} {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None

@@ -1,5 +1,5 @@
 """PostgreSQL's meaning of the functions and operators whose Spark namesakes differ (checked against
-a PostgreSQL 18 server, value by value: `tests/test_sql_semantics.py`). `frontend/postgres.py`
+a PostgreSQL 18 server, value by value: `tests/integration/test_sql_semantics.py`). `frontend/postgres.py`
 calls `translate` on each node of an expression, innermost first, with the node's operands
 already translated; `type_of` gives an operand's Spark type.
 

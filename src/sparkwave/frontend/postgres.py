@@ -11,7 +11,12 @@ section has the table):
   pattern)` prints PostgreSQL's sign;
 - `extract(epoch FROM x)` (Spark has none) is seconds as numeric, of a timestamp, date or interval;
 - bytea: `'\\x...'::bytea` is hex, `b::text` prints `\\x` and hex, `encode`/`decode` take 'hex' or
-  'base64' (Spark's take a charset).
+  'base64' (Spark's take a charset);
+- `sum` / `avg` of a decimal are exact (an MV's aggregate plans them so; a query's are rewritten
+  alike), and `x = ANY (subquery)` is `x IN (subquery)`.
+
+MVs' expressions and ad-hoc queries both come here: the planner's with types from its `TypeOracle`,
+a query's with `plan/query_types.py`'s.
 
 A cast that overflows, like a division by zero, is NULL rather than an error: an epoch does not
 fail for one bad value (RisingWave's streaming behaviour)."""
@@ -52,6 +57,7 @@ from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.schema import SqlType, to_spark_type
 from sparkwave.core.spark import empty_frame
 from sparkwave.frontend.pg_functions import NODES, translate
+from sparkwave.frontend.plan.decimals import exact_aggregate
 
 _INTEGRAL = [ByteType, ShortType, IntegerType, LongType]  # narrowest first
 _BINARY = (exp.DataType.Type.VARBINARY, exp.DataType.Type.BINARY)
@@ -80,7 +86,7 @@ def translated(e: exp.Expr, types: TypesOf) -> str:
     """`e` in Spark SQL with PostgreSQL's meaning, its operands' types from `types.of` (Spark's analyser,
     or the planner's `TypeOracle`). Innermost first: an outer node sees its operands' translated types."""
     for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *_COMPARISONS,
-                                         exp.In, exp.Coalesce, *NODES, bfs=False))):
+                                         exp.In, exp.Coalesce, exp.Sum, exp.Avg, exp.Filter, *NODES, bfs=False))):
         new = _translate(node, types)
         if new is None:
             new = translate(node, types.of)
@@ -169,24 +175,18 @@ def size_guarded(e: exp.Expr) -> exp.Expr:
     return e
 
 
-def untyped_to_spark(e: exp.Expr) -> str:
-    """`e` in Spark SQL where the types of its columns are not at hand (an ad-hoc query over
-    several relations): `to_char` is read as PostgreSQL's, its argument's kind told by the pattern
-    (digit patterns `9`/`0`: a number; otherwise a timestamp)."""
-    for node in reversed(list(e.find_all(exp.Anonymous, bfs=False))):
-        if node.name.upper() == "TO_CHAR" and len(node.expressions) == 2 and isinstance(
-                pattern := node.expressions[1], exp.Literal) and pattern.is_string:
-            value = node.expressions[0]
-            new = number_to_char(value, pattern.this) if re.search(r"[90]", pattern.this) and not re.search(
-                r'"', pattern.this) else timestamp_to_char(value, pattern.this)
-            if node is e:
-                e = new
-            else:
-                node.replace(new)
-    return size_guarded(e).sql(dialect="spark")
-
-
 def _translate(node: exp.Expr, types: TypesOf) -> exp.Expr | None:
+    if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any) \
+            and isinstance(sub := node.expression.this, exp.Subquery | exp.Select):  # Spark has no `= ANY (...)`
+        return exp.In(this=node.this, query=sub if isinstance(sub, exp.Subquery) else exp.Subquery(this=sub))
+    if isinstance(node, exp.Sum | exp.Avg) and not isinstance(node.this, exp.Distinct) \
+            and not isinstance(node.parent, exp.Window | exp.Filter):
+        return _exact_decimal(node, node.this, types)
+    if isinstance(node, exp.Filter) and isinstance(call := node.this, exp.Sum | exp.Avg) \
+            and not isinstance(call.this, exp.Distinct) and not isinstance(node.parent, exp.Window):
+        # copies: the argument stays in the query, where `types` finds its type
+        filtered = exp.Case(ifs=[exp.If(this=node.expression.this.copy(), true=call.this.copy())])
+        return _exact_decimal(call, filtered, types)
     if isinstance(node, exp.Div):
         lt, rt = types.of(node.left), types.of(node.right)
         if isinstance(lt, IntegralType) and isinstance(rt, IntegralType):
@@ -239,6 +239,17 @@ def _translate(node: exp.Expr, types: TypesOf) -> exp.Expr | None:
                 exp.Cast(this=_float_text(value, t), to=exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
             return number_to_char(arg, pattern.this)
     return None
+
+
+def _exact_decimal(call: exp.Sum | exp.Avg, arg: exp.Expr, types: TypesOf) -> exp.Expr | None:
+    """A query's `sum` / `avg` of a decimal (`arg`: the call's, or `CASE WHEN <filter> THEN ... END`
+    as an MV's FILTER is rewritten), exact as an MV's: its aggregate plans decimal calls as
+    `plan/decimals.py` says (Spark's own sum is NULL once a partial sum overflows, by row order)."""
+    t = types.of(call.this)
+    if not isinstance(t, DecimalType):
+        return None
+    fn = "sum" if isinstance(call, exp.Sum) else "avg"
+    return sqlglot.parse_one(exact_aggregate(fn, arg.sql(dialect="spark"), t.scale), read="spark")
 
 
 def _epoch(value: exp.Expr, t: DataType | None) -> exp.Expr:

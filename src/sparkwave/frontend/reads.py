@@ -15,22 +15,28 @@ latest committed epoch, with exactly the rows, column names and types the Spark 
   keyed relation whose log holds more than `SCAN_LOG_ROWS` rows is left to Spark, as is a float
   key with a log to overlay (Spark's key equality folds NaN and -0.0, Arrow's does not).
 
-Literals are taken only where their meaning in Spark is plain: an integer for an integer key in its
-range, a string for a varchar key, TRUE/FALSE for a boolean one. Spark's casts decide the rest
-('5' or 5.0 against an integer, NULL, decimals, dates, floats), so those fall back. Every read
-verifies page checksums and row counts (`storage/integrity.py`) as the Spark path does.
+The shapes are found with sqlglot alone (`read_shape.py`), a prepared statement's once, at Parse,
+its parameters filled in at each Execute (`fast_read_prepared`). Literals are taken only where their
+meaning in Spark is plain: an integer for an integer key in its range, a string for a varchar key,
+TRUE/FALSE for a boolean one. Spark's casts decide the rest ('5' or 5.0 against an integer, NULL,
+decimals, dates, floats), so those fall back. Every read verifies page checksums and row counts
+(`storage/integrity.py`) as the Spark path does.
 
 Neither takes a lock. A scan opens every file it will read before it yields a row: retention may
 forget and unlink them meanwhile (a compaction and `retention_seconds = 0`), but an open file stays
 readable, so the read is whole; the listing is taken twice and must agree, so that it is one
-catalog state and not half of a retention's."""
+catalog state and not half of a retention's. What a read reads of the catalog (the relation, the
+committed epoch, the listing) is kept while the catalog's mark (`Catalog.changes`) holds: a point
+query then makes two small SQLite queries, not a dozen, and a listing under an unchanged mark
+agrees with itself."""
 
 from __future__ import annotations
 
 import struct
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,8 +48,9 @@ from sqlglot import exp
 from sparkwave.core.catalog import Base, Catalog, Relation
 from sparkwave.core.chunk import VNODES, Op
 from sparkwave.core.errors import SparkwaveError
-from sparkwave.core.schema import Column, Schema, to_spark_type
+from sparkwave.core.schema import Column
 from sparkwave.core.zset import ns_join
+from sparkwave.frontend.read_shape import PreparedRead, ReadQuery, Resolved, key_values, shape
 from sparkwave.storage import key_index
 from sparkwave.storage.file_index import file_index
 from sparkwave.storage.integrity import check_rows, parquet_file, reading, scan
@@ -60,8 +67,6 @@ SCAN_LOG_ROWS = 1_000_000  # a keyed relation's log rows a read overlays in memo
 CACHED_OVERLAY_ROWS = 200_000  # a log kept netted per key while its listing holds, for the next reads
 CACHED_OVERLAYS_ROWS = 1_000_000  # the rows of all logs kept so (the least recently read go first)
 _LIVE = (int(Op.INSERT), int(Op.UPDATE_INSERT))
-_INT_RANGES = {"smallint": 2**15, "int": 2**31, "bigint": 2**63}
-_MAX_LIMIT = 2**31 - 1  # Spark's LIMIT is an int
 
 
 @dataclass
@@ -75,166 +80,46 @@ class FastResult:
     epoch: int
 
 
-@dataclass(frozen=True)
-class _Query:
-    """The parts of a query of a shape this module answers, as written."""
-
-    table: str
-    qualifier: str  # the name its columns may be qualified by: the alias, else the table's name
-    items: list[tuple[str | None, exp.Column | None]]  # (alias, column); (None, None) is `*`
-    where: list[tuple[exp.Column, exp.Expr]]  # column = value
-    limit: int | None
-
-
 def fast_read(session: Session, ast: exp.Expr) -> FastResult | None:
     """`ast`'s result read on the driver, or None if it is not a lookup or a plain scan (see the
     module's docstring); raises what the Spark path raises for the relation it names."""
     session._check_open()
-    query = _shape(ast)
-    if query is None:
-        return None
-    rel = session._readable(query.table)  # an unknown, failed or creating relation: the Spark path's errors
-    out = _projection(rel.schema, query)
+    query = shape(ast)
+    return None if query is None else _read(session, query)
+
+
+def fast_read_prepared(session: Session, read: PreparedRead, values: Mapping[int, exp.Expr]) -> FastResult | None:
+    """As `fast_read` of the statement with each parameter `n` the node `values[n]`."""
+    session._check_open()
+    return _read(session, read.filled(values), read.resolved)
+
+
+def _read(session: Session, query: ReadQuery, kept: list[Resolved] | None = None) -> FastResult | None:
+    """The read of `query`; `kept` holds the last resolution of a query of the same columns."""
+    catalog = session.catalog
+    mark = catalog.changes()
+    # an unknown, failed or creating relation: the Spark path's errors
+    rel = _kept(catalog, mark, ("relation", query.table), lambda: session._readable(query.table))
+    resolved = kept[0] if kept else None
+    if resolved is None or (resolved.schema is not rel.schema and resolved.schema != rel.schema):
+        resolved = Resolved.of(rel.schema, query)
+        if kept is not None:
+            kept[:] = [resolved]
+    out, fields = resolved.out, resolved.fields
     if out is None:
         return None
-    epoch = session.committed_epoch
-    fields = [(name, to_spark_type(c.type)) for name, c in out]
+    epoch = _kept(catalog, mark, ("epoch",), lambda: session.committed_epoch)
     if query.where:
-        keys = _key_values(rel.schema, query)
+        keys = key_values(rel.schema, query, resolved.where)
         if keys is None:
             return None
-        rows = _lookup(session, rel, epoch, keys)
+        rows = _lookup(session, rel, epoch, keys, mark)
         return FastResult(fields, _project([rows.to_batches()], out, query.limit), "lookup", epoch)
     reader = _ScanReader.open(session, rel, epoch)
     if reader is None:
         return None
     return FastResult(fields, _closing(_project([reader.batches([c.name for _, c in out])], out, query.limit), reader),
                       "scan", epoch)
-
-
-# --- the query's shape (sqlglot only) ------------------------------------------------------------
-_SELECT_ARGS = {"expressions", "from_", "from", "where", "limit"}
-_TABLE_ARGS = {"this", "alias"}
-
-
-def _shape(ast: exp.Expr) -> _Query | None:
-    if not isinstance(ast, exp.Select) or any(v for k, v in ast.args.items() if k not in _SELECT_ARGS):
-        return None
-    source = ast.args.get("from_") or ast.args.get("from")
-    table = source.this if isinstance(source, exp.From) else None
-    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
-            or any(v for k, v in table.args.items() if k not in _TABLE_ARGS):
-        return None
-    alias = table.args.get("alias")
-    if alias is not None and (alias.args.get("columns") or not alias.name):
-        return None
-    items: list[tuple[str | None, exp.Column | None]] = []
-    for e in ast.expressions:
-        name = e.alias if isinstance(e, exp.Alias) else None
-        e = e.this if isinstance(e, exp.Alias) else e
-        if isinstance(e, exp.Star) and name is None:
-            items.append((None, None))
-        elif isinstance(e, exp.Column) and isinstance(e.this, exp.Identifier | exp.Star) and not e.args.get("db") \
-                and not e.args.get("catalog") and not (isinstance(e.this, exp.Star) and name is not None):
-            items.append((name, e))
-        else:
-            return None
-    where = _conjuncts(ast.args["where"].this) if ast.args.get("where") else []
-    limit = _limit(ast.args.get("limit"))
-    if where is None or limit is False:
-        return None
-    return _Query(table.name.lower(), (alias.name if alias else table.name).lower(), items, where,
-                  limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
-
-
-def _conjuncts(e: exp.Expr) -> list[tuple[exp.Column, exp.Expr]] | None:
-    """`a = 1 AND (b = 'x')` as [(a, 1), (b, 'x')], or None for any other condition."""
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.And):
-        left, right = _conjuncts(e.this), _conjuncts(e.expression)
-        return None if left is None or right is None else left + right
-    if not isinstance(e, exp.EQ):
-        return None
-    a, b = e.this, e.expression
-    while isinstance(a, exp.Paren):
-        a = a.this
-    while isinstance(b, exp.Paren):
-        b = b.this
-    if isinstance(b, exp.Column) and not isinstance(a, exp.Column):
-        a, b = b, a
-    if not isinstance(a, exp.Column) or not isinstance(a.this, exp.Identifier) or a.args.get("db"):
-        return None
-    return [(a, b)]
-
-
-def _limit(node: exp.Expr | None) -> int | None | bool:
-    """The LIMIT's row count, None without one, False for one this module does not take."""
-    if node is None:
-        return None
-    value = node.expression if isinstance(node, exp.Limit) else None
-    if isinstance(value, exp.Literal) and value.is_int and 0 <= int(value.this) <= _MAX_LIMIT \
-            and not any(v for k, v in node.args.items() if k != "expression"):
-        return int(value.this)
-    return False
-
-
-def _column(schema: Schema, query: _Query, ref: exp.Column) -> Column | None:
-    """The visible column `ref` names, resolved as Spark does (case-insensitively), or None."""
-    if ref.table and ref.table.lower() != query.qualifier:
-        return None
-    found = [c for c in schema.visible if c.name.lower() == ref.name.lower()]
-    return found[0] if len(found) == 1 else None
-
-
-def _projection(schema: Schema, query: _Query) -> list[tuple[str, Column]] | None:
-    """The output columns (the name Spark gives each, its stored column), or None."""
-    out: list[tuple[str, Column]] = []
-    for alias, ref in query.items:
-        if ref is None or isinstance(ref.this, exp.Star):
-            if ref is not None and ref.table and ref.table.lower() != query.qualifier:
-                return None
-            out.extend((c.name, c) for c in schema.visible)
-            continue
-        column = _column(schema, query, ref)
-        if column is None:
-            return None
-        out.append((alias or ref.name, column))  # Spark names a column as the query spells it
-    return out
-
-
-def _key_values(schema: Schema, query: _Query) -> dict[str, Any] | None:
-    """The key's value per key column, when the conditions name each key column once, each with a
-    literal whose comparison Spark makes plainly (`_literal`); else None."""
-    values: dict[str, Any] = {}
-    for ref, value in query.where:
-        column = _column(schema, query, ref)
-        if column is None or column.name not in schema.key or column.name in values:
-            return None
-        v = _literal(column, value)
-        if v is _NO:
-            return None
-        values[column.name] = v
-    return values if len(values) == len(schema.key) else None
-
-
-_NO = object()
-
-
-def _literal(column: Column, e: exp.Expr) -> Any:
-    """The value `e` stands for compared with `column`, or `_NO`."""
-    t = column.type.name
-    if t in _INT_RANGES:
-        negative = isinstance(e, exp.Neg)
-        lit = e.this if negative else e
-        if isinstance(lit, exp.Literal) and lit.is_int:
-            v = -int(lit.this) if negative else int(lit.this)
-            return v if -_INT_RANGES[t] <= v < _INT_RANGES[t] else _NO
-    elif t == "varchar" and isinstance(e, exp.Literal) and e.is_string:
-        return e.this
-    elif t == "boolean" and isinstance(e, exp.Boolean):
-        return bool(e.this)
-    return _NO
 
 
 # --- Spark's vnode of a key, on the driver -------------------------------------------------------
@@ -357,10 +242,11 @@ def _overlay(catalog: Catalog, rel: Relation, listing: _Listing) -> _Overlay | N
     return overlay
 
 
-def _lookup(session: Session, rel: Relation, epoch: int, values: dict[str, Any]) -> pa.Table:
+def _lookup(session: Session, rel: Relation, epoch: int, values: dict[str, Any], mark: tuple[int, int]) -> pa.Table:
     """The row of one key as of `epoch` (`| _vnode | columns |`): the log's last write of the key,
     from the overlay kept for that listing, else the key's row in the base (`_base_row`); a log
-    too large to keep is read by `storage/lookup.py: lookup`, as DML reads old rows."""
+    too large to keep is read by `storage/lookup.py: lookup`, as DML reads old rows. The listing
+    and the retention check are those kept under the catalog's `mark` while it holds."""
     schema, catalog = rel.schema, session.catalog
     key = [c for k in schema.key if (c := schema.column(k)) is not None]
     arrays = {"_vnode": pa.array([spark_vnode(key, [values[c.name] for c in key])], pa.int16())}
@@ -368,7 +254,9 @@ def _lookup(session: Session, rel: Relation, epoch: int, values: dict[str, Any])
     keys = pa.table(arrays)
     names = base_arrow_schema(schema).names
     for attempt in range(3):
-        listing = _listing(catalog, rel.name, epoch)
+        if attempt:
+            mark = catalog.changes()
+        listing = _kept(catalog, mark, ("listing", rel.name, epoch), lambda: _listing(catalog, rel.name, epoch))
         base = listing[0]
         try:
             overlay = _overlay(catalog, rel, listing)
@@ -389,13 +277,39 @@ def _lookup(session: Session, rel: Relation, epoch: int, values: dict[str, Any])
                 raise
             continue
         # Retention forgets files before it removes them: a listing that changed meanwhile (a newer
-        # base) may have been read half before and half after; read it again.
-        if _listing(catalog, rel.name, epoch) == listing:
+        # base) may have been read half before and half after; read it again. A catalog unchanged
+        # since the listing's mark has the same listing.
+        if (now := catalog.changes()) == mark or _listing(catalog, rel.name, epoch) == listing:
             break
     else:
         raise _changing(rel)
-    session.rt.check_retained(rel, epoch)
+    _kept(catalog, now, ("retained", rel.name, epoch), lambda: session.rt.check_retained(rel, epoch))
     return rows
+
+
+# What the fast path read of each catalog under its last mark (`Catalog.changes`), dropped when it changes
+_kepts: weakref.WeakKeyDictionary[Catalog, tuple[tuple[int, int], dict[tuple[Any, ...], Any]]] = \
+    weakref.WeakKeyDictionary()
+_kepts_lock = threading.Lock()
+
+
+def _kept(catalog: Catalog, mark: tuple[int, int], key: tuple[Any, ...], read: Callable[[], Any]) -> Any:
+    """`read()`, a read of `catalog` alone, as it was when the catalog's mark was `mark`: kept if
+    the catalog did not change while it ran, for the reads that come while the mark holds (a
+    point query's relation, committed epoch and listing: a dozen SQLite queries under the catalog's
+    lock otherwise, for every query). An error is not kept."""
+    with _kepts_lock:
+        found = _kepts.get(catalog)
+        if found is not None and found[0] == mark and key in found[1]:
+            return found[1][key]
+    value = read()
+    if catalog.changes() == mark:
+        with _kepts_lock:
+            found = _kepts.get(catalog)
+            if found is None or found[0] != mark:
+                _kepts[catalog] = found = (mark, {})
+            found[1][key] = value
+    return value
 
 
 def _base_row(catalog: Catalog, rel: Relation, base: Base, keys: pa.Table, values: dict[str, Any]) -> pa.Table:

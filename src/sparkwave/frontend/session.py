@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -18,14 +17,45 @@ from sqlglot import exp
 
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.errors import CatalogError, SparkwaveError, SqlError
+from sparkwave.core.schema import Schema
 from sparkwave.core.spark import acquire_spark, configure, release_spark
 from sparkwave.frontend import dml, show
 from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.ddl import Ddl
+from sparkwave.frontend.explain_estimate import BackfillSettings, estimate
+from sparkwave.frontend.plan.explain import stored_plan
+from sparkwave.frontend.plan.query_types import QueryTypes
 from sparkwave.frontend.planner import Planner, explain
-from sparkwave.frontend.postgres import untyped_to_spark
+from sparkwave.frontend.postgres import translated
 from sparkwave.frontend.sink_ddl import SinkDdl
-from sparkwave.frontend.statements import Statement, parse, rate_limit_value
+from sparkwave.frontend.statements import (
+    AlterBackfillRate,
+    AlterSinkRate,
+    AlterSourceRate,
+    Cancel,
+    CreateMaterializedView,
+    CreateSink,
+    CreateSource,
+    CreateTable,
+    Delete,
+    Describe,
+    Drop,
+    DropMaterializedView,
+    DropSink,
+    DropSource,
+    DropTable,
+    Explain,
+    Flush,
+    Insert,
+    Query,
+    Set,
+    Show,
+    Statement,
+    Update,
+    Wait,
+    parse,
+    rate_limit_value,
+)
 from sparkwave.frontend.timeout import statement_deadline
 from sparkwave.frontend.value_size import grown_as_data_error
 from sparkwave.meta.barrier import BarrierLoop, EpochReport
@@ -38,11 +68,11 @@ from sparkwave.meta.progress import JobInfo, job_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.meta.settings import SPECS, Settings
 from sparkwave.meta.sinks import Sinks
+from sparkwave.meta.telemetry import Telemetry
 from sparkwave.storage.sweep import sweep
 from sparkwave.storage.warehouse import Warehouse
 
 FETCH_BATCH_ROWS = 1000
-TIMED = ("query", "insert", "update", "delete")  # the statements `statement_timeout` bounds: they compute in the caller
 
 
 def connect(warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
@@ -85,8 +115,10 @@ class Session:
             self.sinks = Sinks(self.rt)
             self.creating = CreatingJobs(self.rt, self.locks, barriers, self.sinks,
                                          Settings(self.catalog).backfill_chunk_rows)
+            self.telemetry = Telemetry()  # the recent epochs, for the dashboard and /metrics
             self.loop = BarrierLoop(self.rt, self.locks, barriers, jobs=self.creating,
-                                    listeners=(self.sinks, self.creating), on_epoch=on_epoch)
+                                    listeners=(self.sinks, self.creating, self.telemetry),
+                                    failure_listeners=(self.telemetry,), on_epoch=on_epoch)
             self.ddl = Ddl(self.rt, self.locks, self.creating, self.loop)
             self.sink_ddl = SinkDdl(self.ddl, self.sinks)
             self._recover()
@@ -162,7 +194,7 @@ class Session:
         self._check_open()
         result = None
         for stmt in parse(text):
-            with statement_deadline(self.spark, self.statement_timeout_ms if stmt.kind in TIMED else 0):
+            with statement_deadline(self.spark, self.statement_timeout_ms if stmt.timed else 0):
                 result = self._execute(stmt)
         return result
 
@@ -257,17 +289,19 @@ class Session:
 
     # --- statements ----------------------------------------------------------------------------
     def _execute(self, stmt: Statement) -> DataFrame | None:
-        handler = getattr(self, f"_do_{stmt.kind}")
-        return handler(stmt)
+        handler = self.HANDLERS.get(type(stmt))
+        if handler is None:
+            raise SparkwaveError(f"BUG: no handler for statement {type(stmt).__name__}")
+        return handler(self, stmt)
 
-    def _do_flush(self, stmt: Statement) -> None:
+    def _do_flush(self, stmt: Flush) -> None:
         self.flush()
 
-    def _do_wait(self, stmt: Statement) -> None:
+    def _do_wait(self, stmt: Wait) -> None:
         self.wait()
 
-    def _do_set(self, stmt: Statement) -> None:
-        key, text = stmt.args["key"], stmt.args["value"].lower()
+    def _do_set(self, stmt: Set) -> None:
+        key, text = stmt.key, stmt.value.lower()
         if key not in SPECS:
             raise stmt.error(f"unknown setting {key!r}; known: {', '.join(SPECS)}", key)
         if key == "statement_timeout":  # per session, not stored: PostgreSQL's semantics
@@ -283,67 +317,64 @@ class Session:
         if key == "backfill_chunk_rows":
             self.creating.chunk_rows = Settings(self.catalog).backfill_chunk_rows
 
-    def _do_show(self, stmt: Statement) -> DataFrame:
+    def _do_show(self, stmt: Show) -> DataFrame:
         return show.show(self.rt, stmt)
 
-    def _do_describe(self, stmt: Statement) -> DataFrame:
+    def _do_describe(self, stmt: Describe) -> DataFrame:
         return show.describe(self.rt, stmt)
 
-    def _do_create_table(self, stmt: Statement) -> None:
-        self.ddl.create_table(stmt)
+    def _do_create_table(self, stmt: CreateTable) -> None:
+        self.ddl.create_table(stmt)  # a CreateSource too
 
-    def _do_create_source(self, stmt: Statement) -> None:
-        self.ddl.create_table(stmt, kind="source")
-
-    def _do_create_mv(self, stmt: Statement) -> None:
+    def _do_create_mv(self, stmt: CreateMaterializedView) -> None:
         self.ddl.create_mv(stmt)
 
-    def _do_drop(self, stmt: Statement) -> None:
-        if stmt.args["kind"] == "sink":
-            self.sink_ddl.drop(stmt.args["name"], stmt.args["if_exists"], f" (at {stmt.where(stmt.args['name'])})")
-            return
-        if stmt.args.get("cascade") and self.catalog.relation(stmt.args["name"]) is not None:
-            for kind, name in self.ddl.dependents(stmt.args["name"]):  # deepest first
+    def _do_drop(self, stmt: Drop) -> None:
+        if stmt.cascade and self.catalog.relation(stmt.name) is not None:
+            for kind, name in self.ddl.dependents(stmt.name):  # deepest first
                 if kind == "sink":
                     self.sink_ddl.drop(name, if_exists=True)
                 else:
-                    self.ddl.drop(dataclasses.replace(stmt, args={**stmt.args, "kind": "mv", "name": name,
-                                                                  "if_exists": True}))
+                    self.ddl.drop(DropMaterializedView(stmt.text, stmt.line, stmt.col, name=name, if_exists=True,
+                                                       cascade=False))
         self.ddl.drop(stmt)
 
-    def _do_create_sink(self, stmt: Statement) -> None:
+    def _do_drop_sink(self, stmt: DropSink) -> None:
+        self.sink_ddl.drop(stmt.name, stmt.if_exists, f" (at {stmt.where(stmt.name)})")
+
+    def _do_create_sink(self, stmt: CreateSink) -> None:
         self.sink_ddl.create(stmt)
 
-    def _do_alter_sink_rate(self, stmt: Statement) -> None:
+    def _do_alter_sink_rate(self, stmt: AlterSinkRate) -> None:
         """SINK_RATE_LIMIT (rows/s, 0 pauses, DEFAULT unlimited): the sink's worker reads it at once."""
         self.sink_ddl.set_rate_limit(stmt)
 
-    def _do_cancel(self, stmt: Statement) -> None:
-        for job_id in stmt.args["ids"]:
+    def _do_cancel(self, stmt: Cancel) -> None:
+        for job_id in stmt.ids:
             self.creating.creating_job(job_id)  # every id is checked before any is cancelled
-        for job_id in stmt.args["ids"]:
+        for job_id in stmt.ids:
             self.creating.cancel(job_id)
 
-    def _do_alter_rate(self, stmt: Statement) -> None:
-        limit = rate_limit_value(stmt, stmt.args["value"])
+    def _do_alter_backfill_rate(self, stmt: AlterBackfillRate) -> None:
+        limit = rate_limit_value(stmt, stmt.value)
         self.creating.set_rate_limit(creating_job_of(self.catalog, stmt).id, limit)
 
-    def _do_alter_source_rate(self, stmt: Statement) -> None:
+    def _do_alter_source_rate(self, stmt: AlterSourceRate) -> None:
         """A connector's rate limit (rows/s; 0 pauses it; DEFAULT: its own rate, at most
         `max.rows.per.epoch` an epoch), kept with its options: the barrier loop reads it at the next
         plan, in this process or the owner."""
-        rel = self.rt.relation(stmt.args["name"])
+        rel = self.rt.relation(stmt.name)
         options = rel.definition.get("connector")
         if not options:
             raise stmt.error(f"{rel.name!r} is not fed by a connector; SOURCE_RATE_LIMIT applies to sources and "
-                             "tables created WITH (connector = ...)", stmt.args["name"])
-        limit = rate_limit_value(stmt, stmt.args["value"])
+                             "tables created WITH (connector = ...)", stmt.name)
+        limit = rate_limit_value(stmt, stmt.value)
         options = {k: v for k, v in options.items() if k != "source_rate_limit"}
         if limit is not None:
             options["source_rate_limit"] = str(limit)
         self.catalog.set_definition(rel.name, {**rel.definition, "connector": options})
 
-    def _do_query(self, stmt: Statement) -> DataFrame:
+    def _do_query(self, stmt: Query) -> DataFrame:
         """A query reads catalog relations only, all as of one committed epoch, each through a temp
         view of its own name for this query alone (dropped once Spark has analysed the query), so
         concurrent queries cannot see each other's epochs and no name reaches a file or a Spark table."""
@@ -352,6 +383,7 @@ class Session:
         ast = stmt.ast.copy()
         ctes = {c.alias_or_name.lower() for c in ast.find_all(exp.CTE)}
         views: list[str] = []
+        schemas: dict[str, Schema] = {}  # each view's relation: the translation types the query's operands
         try:
             for t in list(ast.find_all(exp.Table)):
                 if not isinstance(t.this, exp.Identifier):
@@ -363,12 +395,14 @@ class Session:
                 if name in ctes:
                     continue
                 view = f"sparkwave_query_{uuid.uuid4().hex}"
-                self.rt.visible(self._readable(name), epoch).createOrReplaceTempView(view)
+                rel = self._readable(name)
+                self.rt.visible(rel, epoch).createOrReplaceTempView(view)
                 views.append(view)
+                schemas[view] = rel.schema
                 if not t.alias:
                     t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
                 t.set("this", exp.to_identifier(view))
-            return self.spark.sql(untyped_to_spark(ast))
+            return self.spark.sql(translated(ast, QueryTypes(self.spark, schemas)))
         except SparkwaveError:
             raise
         except Exception as e:
@@ -380,22 +414,44 @@ class Session:
             for view in views:
                 self.spark.catalog.dropTempView(view)
 
-    def _do_explain(self, stmt: Statement) -> DataFrame:
-        """EXPLAIN: the operator tree the MV (or the query, planned as an MV) would have, a line per
-        operator in the one column `QUERY PLAN`, as PostgreSQL's; nothing is created."""
-        inner = stmt.args["statement"]
-        name = inner.args["name"] if inner.kind == "create_mv" else "query"
-        lines = explain(name, Planner(inner, self.rt.relation, self.spark).plan(inner.ast))
+    def _do_explain(self, stmt: Explain) -> DataFrame:
+        """EXPLAIN: the operator tree of an existing MV (as stored) or of the MV (or query, planned as
+        one) a statement would create, a line per operator in the one column `QUERY PLAN`, as
+        PostgreSQL's; for a CREATE, what its backfill would read, write and take. Nothing is created."""
+        settings = Settings(self.catalog)
+        target = stmt.target
+        if isinstance(target, str):
+            plan = stored_plan(self.rt.relation(target))
+            lines = explain(target, plan, big_epoch_rows=settings.big_epoch_rows)
+        else:
+            name = target.name if isinstance(target, CreateMaterializedView) else "query"
+            plan = Planner(target, self.rt.relation, self.spark).plan(target.ast)
+            lines = explain(name, plan, big_epoch_rows=settings.big_epoch_rows)
+            if isinstance(target, CreateMaterializedView):
+                strategy = {k.lower(): v for k, v in target.options.items()}.get(
+                    "backfill_strategy", settings.backfill_strategy)
+                lines += estimate(self.catalog, name, plan, BackfillSettings(
+                    str(strategy).lower(), settings.big_epoch_rows, settings.backfill_rate_limit))
         return self.spark.createDataFrame([(line,) for line in lines], "`QUERY PLAN` string")
 
-    def _do_insert(self, stmt: Statement) -> None:
+    def _do_insert(self, stmt: Insert) -> None:
         with grown_as_data_error(f"INSERT (at {stmt.where()})"):
             dml.insert_values(self.rt, stmt)
 
-    def _do_update(self, stmt: Statement) -> None:
+    def _do_update(self, stmt: Update) -> None:
         with grown_as_data_error(f"UPDATE (at {stmt.where()})"):
             dml.update(self.rt, stmt, self.committed_epoch)
 
-    def _do_delete(self, stmt: Statement) -> None:
+    def _do_delete(self, stmt: Delete) -> None:
         dml.delete(self.rt, stmt, self.committed_epoch)
+
+    # Each kind of statement's handler (a CREATE SOURCE is created as the table it is declared as).
+    HANDLERS: ClassVar[dict[type[Statement], Callable[[Session, Any], DataFrame | None]]] = {
+        Flush: _do_flush, Wait: _do_wait, Set: _do_set, Show: _do_show, Describe: _do_describe,
+        CreateTable: _do_create_table, CreateSource: _do_create_table, CreateMaterializedView: _do_create_mv,
+        CreateSink: _do_create_sink, DropTable: _do_drop, DropSource: _do_drop, DropMaterializedView: _do_drop,
+        DropSink: _do_drop_sink, Cancel: _do_cancel, AlterBackfillRate: _do_alter_backfill_rate,
+        AlterSourceRate: _do_alter_source_rate, AlterSinkRate: _do_alter_sink_rate, Query: _do_query,
+        Explain: _do_explain, Insert: _do_insert, Update: _do_update, Delete: _do_delete,
+    }
 

@@ -8,16 +8,17 @@ from pyspark.sql import DataFrame
 
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.limits import MAX_SHOW_ROWS
+from sparkwave.frontend.plan.explain import state_tables, stored_plan
 from sparkwave.frontend.sink_ddl import SECRET
-from sparkwave.frontend.statements import Statement
+from sparkwave.frontend.statements import Describe, Show
 from sparkwave.meta.progress import job_infos, sink_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
 from sparkwave.stream.plan import state_purpose
 
 
-def show(rt: Runtime, stmt: Statement) -> DataFrame:
-    what = stmt.args["what"]
+def show(rt: Runtime, stmt: Show) -> DataFrame:
+    what = stmt.what
     rels = rt.catalog.relations()
     if what == "TABLES":
         return rt.spark.createDataFrame([(r.name,) for r in rels if r.kind == "table"], "name string")
@@ -36,12 +37,12 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
             "committed_epoch bigint, lag_epochs int, lag_seconds double, lag_bytes bigint, rows_per_second double, "
             "rate_limit bigint, decoupled boolean, last_error string")
     if what == "SOURCE ERRORS":
-        if stmt.args["name"]:
-            rt.relation(stmt.args["name"])  # a clear error if there is no such relation
+        if stmt.name:
+            rt.relation(stmt.name)  # a clear error if there is no such relation
         return rt.spark.createDataFrame(
-            [(e.relation, int(e.split), e.offset, e.epoch, e.error, e.raw)
-             for e in rt.catalog.source_errors(stmt.args["name"], MAX_SHOW_ROWS)],
-            "relation string, partition int, offset bigint, epoch bigint, error string, raw string")
+            [(e.relation, int(e.split) if e.split.isdigit() else None, e.offset, e.epoch, e.error, e.raw, e.split)
+             for e in rt.catalog.source_errors(stmt.name, MAX_SHOW_ROWS)],  # a split: a partition, a file, ...
+            "relation string, partition int, offset bigint, epoch bigint, error string, raw string, split string")
     return rt.spark.createDataFrame(
         [(j.id, j.name, j.kind, j.strategy, j.phase, j.rows_done, j.rows_total, j.percent, j.rows_per_second,
           j.eta_seconds, j.lag_epochs, j.lag_seconds, j.rate_limit, j.started_at.replace(tzinfo=None),
@@ -53,25 +54,27 @@ def show(rt: Runtime, stmt: Statement) -> DataFrame:
         "held_back int, error string, upstreams string, chunks_reread int")
 
 
-def describe(rt: Runtime, stmt: Statement) -> DataFrame:
+def describe(rt: Runtime, stmt: Describe) -> DataFrame:
     """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
-    if stmt.args.get("sink") or (rt.catalog.relation(stmt.args["name"]) is None and rt.catalog.sink(stmt.args["name"])):
+    if stmt.sink or (rt.catalog.relation(stmt.name) is None and rt.catalog.sink(stmt.name)):
         return _describe_sink(rt, stmt)
-    rel = rt.relation(stmt.args["name"])
+    rel = rt.relation(stmt.name)
     rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
         (c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
+    words = dict(state_tables(rel.name, stored_plan(rel))) if rel.kind == "mv" else {}  # EXPLAIN's words
     for state in state_relations(rt, rel):
         suffix = state.name.split(".", 1)[1]
-        rows.append((state.name, "internal table", None, None, state_purpose(suffix, state.schema.key)))
+        rows.append((state.name, "internal table", None, None,
+                     words.get(state.name) or state_purpose(suffix, state.schema.key)))
     return rt.spark.createDataFrame(
         rows, "name string, type string, is_key boolean, is_hidden boolean, description string")
 
 
-def _describe_sink(rt: Runtime, stmt: Statement) -> DataFrame:
+def _describe_sink(rt: Runtime, stmt: Describe) -> DataFrame:
     """A sink's columns (is_key: its upsert key), then its options (the password left out)."""
-    sink = rt.catalog.sink(stmt.args["name"])
+    sink = rt.catalog.sink(stmt.name)
     if sink is None:
-        raise CatalogError(f"no sink {stmt.args['name']!r} (at {stmt.where(stmt.args['name'])})")
+        raise CatalogError(f"no sink {stmt.name!r} (at {stmt.where(stmt.name)})")
     key = set(sink.spec["key"])
     rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
         (c["name"], c["type"], c["name"] in key, False, None) for c in sink.spec["columns"]]
@@ -94,7 +97,8 @@ def _sources(rt: Runtime) -> DataFrame:
         if not options:
             continue
         offsets = rt.catalog.source_offsets(rel.name)
-        rows.append((rel.name, rel.kind, options.get("connector"), options.get("topic"), len(offsets),
+        where = options.get("topic") or options.get("location") or options.get("posix_fs.root")  # what it reads
+        rows.append((rel.name, rel.kind, options.get("connector"), where, len(offsets),
                      json.dumps(dict(sorted(offsets.items(), key=lambda o: int(o[0]) if o[0].isdigit() else 0))),
                      errors.get(rel.name, 0), rt.source_status(rel.name)))
     return rt.spark.createDataFrame(

@@ -25,7 +25,7 @@ from sparkwave.core.errors import CatalogError, PipelineError, SqlError
 from sparkwave.core.names import MAX_LENGTH, relation_name
 from sparkwave.frontend.ddl import Ddl
 from sparkwave.frontend.progress_bars import JobBars
-from sparkwave.frontend.statements import Statement, rate_limit_value
+from sparkwave.frontend.statements import AlterSinkRate, CreateMaterializedView, CreateSink, Statement, rate_limit_value
 from sparkwave.meta.jobs import FOREGROUND_FAILURES
 from sparkwave.meta.progress import job_infos
 from sparkwave.meta.settings import Settings
@@ -62,17 +62,17 @@ class SinkDdl:
         self.sinks = sinks
         sinks.on_dropped = self._drop_own_mv
 
-    def create(self, stmt: Statement) -> None:
-        name = relation_name(stmt.args["name"], f" (at {stmt.where(stmt.args['name'])})")
+    def create(self, stmt: CreateSink) -> None:
+        name = relation_name(stmt.name, f" (at {stmt.where(stmt.name)})")
         if self.catalog.sink(name) is not None or self.catalog.relation(name) is not None:
-            if stmt.args["if_not_exists"] and self.catalog.sink(name) is not None:
+            if stmt.if_not_exists and self.catalog.sink(name) is not None:
                 return
             what = "sink" if self.catalog.sink(name) is not None else "table, source or materialized view"
             raise CatalogError(f"{name!r} already exists: it is a {what} (at {stmt.where(name)})", sqlstate="42P07")
-        options = dict(stmt.args["options"])
+        options = dict(stmt.options)
         if not options.get("connector"):
             raise stmt.error("CREATE SINK needs WITH (connector = 'postgres' | 'kafka' | 'deltalake', ...)", "WITH")
-        upstream = stmt.args["from"]
+        upstream = stmt.upstream
         if upstream is not None:
             self._check_upstream(stmt, name, upstream)
         spec = self._spec(stmt, name, options, upstream)
@@ -120,7 +120,7 @@ class SinkDdl:
             raise stmt.error(f"{upstream!r} holds the query of sink {owner!r}; create the sink from a materialized "
                              "view of your own", upstream)
 
-    def _spec(self, stmt: Statement, name: str, options: dict[str, str], upstream: str | None) -> SinkSpec:
+    def _spec(self, stmt: CreateSink, name: str, options: dict[str, str], upstream: str | None) -> SinkSpec:
         """The sink's columns, key and mode from the MV (for AS SELECT before its MV exists: from the
         query's plan) and the options, each checked."""
         schema = self.rt.relation(upstream).schema if upstream else self.ddl.plan_schema(stmt, name)
@@ -185,14 +185,15 @@ class SinkDdl:
                              "table outside it", "location")
         return str(path)
 
-    def _create_own_mv(self, stmt: Statement, name: str) -> str:
+    def _create_own_mv(self, stmt: CreateSink, name: str) -> str:
         own = SINK_MV_PREFIX + name
         if len(own) > MAX_LENGTH:
             raise stmt.error(f"a sink AS SELECT keeps its query in a materialized view named {own!r}, longer than "
                              f"{MAX_LENGTH} characters: choose a shorter sink name")
-        mv_stmt = Statement(redact(stmt.text), stmt.line, stmt.col, "create_mv", stmt.ast,
-                            {"name": own, "if_not_exists": False, "options": {"backfill_strategy": "blocking"},
-                             "query": stmt.args["query"]})
+        assert stmt.ast is not None and stmt.query is not None, "BUG: a sink's own MV needs its AS query"
+        mv_stmt = CreateMaterializedView(redact(stmt.text), stmt.line, stmt.col, name=own, if_not_exists=False,
+                                         options={"backfill_strategy": "blocking"}, query=stmt.query, columns=(),
+                                         ast=stmt.ast)
         self.ddl.create_mv(mv_stmt, sink=name)
         return own
 
@@ -235,8 +236,8 @@ class SinkDdl:
         if own and self.catalog.relation(own) is not None:
             self.ddl.drop_relation(own)
 
-    def set_rate_limit(self, stmt: Statement) -> None:
-        limit = rate_limit_value(stmt, stmt.args["value"])
-        if self.catalog.sink(stmt.args["name"]) is None:
-            raise SqlError(f"no sink {stmt.args['name']!r} to alter (at {stmt.where(stmt.args['name'])})")
-        self.sinks.set_rate_limit(stmt.args["name"], limit)
+    def set_rate_limit(self, stmt: AlterSinkRate) -> None:
+        limit = rate_limit_value(stmt, stmt.value)
+        if self.catalog.sink(stmt.name) is None:
+            raise SqlError(f"no sink {stmt.name!r} to alter (at {stmt.where(stmt.name)})")
+        self.sinks.set_rate_limit(stmt.name, limit)

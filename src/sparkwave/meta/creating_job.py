@@ -40,7 +40,6 @@ The strategies (`Strategy`) differ in how the job is paced, not in its phases:
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -124,13 +123,13 @@ class RateLimiter:
 class CreatingJob:
     """The checkpoints of one creating job (see the module docstring)."""
 
-    def __init__(self, rt: Runtime, job_id: int, locks: Locks, chunk_rows: int, stop: threading.Event,
+    def __init__(self, rt: Runtime, job_id: int, locks: Locks, chunk_rows: int, stopped: Callable[[], bool],
                  pipeline: Pipeline | None = None) -> None:
         self.rt = rt
         self.job_id = job_id
         self.locks = locks
         self.chunk_rows = chunk_rows
-        self.stop = stop  # set when the job is cancelled or the session closes: it must not merge then
+        self.stopped = stopped  # true once the job is cancelled or the session closes: it must not merge then
         self.chunk_hook: Callable[[int, int], None] | None = None  # tests: stands in for a slow chunk read
         self.pipeline = pipeline
         self.limiter = RateLimiter()
@@ -402,7 +401,7 @@ class CreatingJob:
             while True:
                 step = self.step()
                 rows += step.rows
-                if step.merged or step.wait != 0 or self.stop.is_set():
+                if step.merged or step.wait != 0 or self.stopped():
                     return Step(rows=rows, merged=step.merged, wait=step.wait)
 
     def _merge(self) -> Step:
@@ -411,7 +410,7 @@ class CreatingJob:
         with self.locks.epoch, self.locks.gate:
             current = self.rt.catalog.job(self.job_id)
             assert current is not None and current.consumed_epoch is not None
-            if self.stop.is_set():
+            if self.stopped():
                 return Step()
             if self.rt.catalog.epochs_between(current.consumed_epoch):
                 return Step()  # an epoch slipped in before the lock: consume it first

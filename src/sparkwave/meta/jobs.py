@@ -21,69 +21,62 @@ from sparkwave.meta.lag_rule import MAX_HOLD_SECONDS, LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.pipeline import Barriers, Commit, SinkControl
 from sparkwave.meta.runtime import Runtime
+from sparkwave.meta.service import Backoff, Bell, ServiceStatus, SparkGroupService, error_text
 from sparkwave.storage.state import state_relations
 
 log = logging.getLogger("sparkwave.jobs")
 FOREGROUND_FAILURES = 3  # a foreground CREATE gives up (and cancels its job) after this many failed checkpoints
 BACKFILL_POOL = "backfill"
 SINK_STRATEGY = "sink"  # the job of a sink (meta/sinks.py): its backfill, then its delivery
+BACKOFF = Backoff(0.5, 30.0)  # after a failed checkpoint: 1 s, doubling, at most 30 s
+IDLE_S = 5.0  # a worker with nothing to do looks again at least this often, unless woken sooner
 
 
-class _Worker:
+class _Worker(SparkGroupService):
+    """A creating job's worker: each round one checkpoint (or a rearranged job's budget of them)."""
+
     def __init__(self, manager: CreatingJobs, job_id: int, chunk_rows: int) -> None:
+        super().__init__(f"sparkwave-job-{job_id}", manager.rt.spark, BACKFILL_POOL, f"sparkwave creating job {job_id}",
+                         manager.bell, backoff=BACKOFF)
         self.manager = manager
         self.job_id = job_id
-        self.stop = threading.Event()
         self.cancelled = False
-        self.failures = 0
-        self.backfill = CreatingJob(manager.rt, job_id, manager.locks, chunk_rows, self.stop, manager.pipeline)
+        # stopped when the job is cancelled or the session closes: it must not merge then
+        self.backfill = CreatingJob(manager.rt, job_id, manager.locks, chunk_rows, lambda: self.stopping,
+                                    manager.pipeline)
         job = manager.rt.catalog.job(job_id)
         self.strategy = Strategy(job.strategy) if job is not None else Strategy.SNAPSHOT
         self.paced_at: int | None = None  # rearranged: the main-graph epoch of the last budgeted step
-        self.thread = threading.Thread(target=self._run, name=f"sparkwave-job-{job_id}", daemon=True)
 
-    @property
-    def group(self) -> str:
-        return f"sparkwave-job-{self.job_id}"
-
-    def interrupt(self) -> None:
-        self.stop.set()
-        self.manager.rt.spark.sparkContext.cancelJobGroup(self.group)
+    def _interrupt(self) -> None:
+        super()._interrupt()
         self.manager.notify()
 
-    def _run(self) -> None:
-        sc = self.manager.rt.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", BACKFILL_POOL)
-        sc.setJobGroup(self.group, f"sparkwave creating job {self.job_id}", interruptOnCancel=True)
-        while not self.stop.is_set():
-            generation = self.manager.generation
-            try:
-                if self.strategy is Strategy.REARRANGED:
-                    step = self._epoch_budget(generation)
-                    if step is None:
-                        continue
-                else:
-                    step = self.backfill.step()
-                self.failures = 0
-            except Exception as e:  # a failed checkpoint is redone from committed progress
-                if self.stop.is_set():
-                    break
-                self.failures += 1
-                log.exception("creating job %d: checkpoint failed (attempt %d)", self.job_id, self.failures)
-                self.manager.record_error(self.job_id, e)
-                self.manager.wait(generation, min(30.0, 0.5 * 2 ** self.failures))
-                continue
-            if step.merged:
-                self.manager.notify()
-                break
-            if step.wait is None or step.wait > 0:  # nothing to do now: sleep until woken or due
-                self.manager.wait(generation, step.wait)
-            else:
-                self.manager.notify()  # progress: waiters, and a barrier held back by the lag rule
+    def _round(self) -> float | None:
+        if self.strategy is Strategy.REARRANGED:
+            step = self._epoch_budget()
+            if step is None:  # until the next commit
+                return IDLE_S
+        else:
+            step = self.backfill.step()
+        if step.merged:
+            self.finish()
+            self.manager.notify()
+            return 0.0
+        if step.wait is None or step.wait > 0:  # nothing to do now: sleep until woken or due
+            return IDLE_S if step.wait is None else step.wait
+        self.manager.notify()  # progress: waiters, and a barrier held back by the lag rule
+        return 0.0
+
+    def _on_failure(self, e: Exception) -> None:  # a failed checkpoint is redone from committed progress
+        log.exception("creating job %d: checkpoint failed (attempt %d)", self.job_id, self.failures)
+        self.manager.record_error(self.job_id, e)
+
+    def _end(self) -> None:
         if self.cancelled:
             self.manager.remove(self.job_id)
 
-    def _epoch_budget(self, generation: int) -> Step | None:
+    def _epoch_budget(self) -> Step | None:
         """Rearranged: after each main-graph commit, a budget of one chunk of rows: one snapshot
         chunk, or log-store steps until the budget is spent (a stateful job's step consumes one
         upstream epoch, so one step per commit would never gain on the upstream), switching in band
@@ -91,7 +84,6 @@ class _Worker:
         phases) do not count. None while waiting for the next commit."""
         committed = self.manager.rt.catalog.committed_epoch()
         if committed == self.paced_at:
-            self.manager.wait(generation, None)
             return None
         self.paced_at = committed
         budget = self.backfill.chunk_rows
@@ -102,7 +94,7 @@ class _Worker:
                 step = self.backfill.catch_up_and_merge()
                 return Step(rows=spent + step.rows, merged=step.merged, wait=step.wait)
             step = self.backfill.step(budget=budget - spent)
-            if step.merged or step.wait != 0 or self.stop.is_set():
+            if step.merged or step.wait != 0 or self.stopping:
                 return Step(rows=spent + step.rows, merged=step.merged, wait=step.wait)
             spent += step.rows
             if step.rows and (pending is None or spent >= budget):
@@ -121,8 +113,7 @@ class CreatingJobs:
         self.pipeline: Pipeline = barriers
         self._nudge = barriers.nudge
         self._request_barrier = barriers.request_barrier  # a rearranged job moves only as main-graph epochs commit
-        self._cond = threading.Condition()
-        self.generation = 0
+        self.bell = Bell()  # shared by the workers: a commit, a checkpoint or a control change wakes them all
         self._workers: dict[int, _Worker] = {}
         self._held: dict[int, tuple[int, float]] = {}  # job -> (committed epoch, since when) it holds the main graph at
         self.clock: Callable[[], float] = time.monotonic  # tests: a clock they move
@@ -131,10 +122,13 @@ class CreatingJobs:
         self.sinks = sinks  # a sink's job (strategy 'sink') is controlled through it
 
     # --- signalling ----------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """How many times the jobs were notified: `wait` returns once it changes."""
+        return self.bell.rings
+
     def notify(self) -> None:
-        with self._cond:
-            self.generation += 1
-            self._cond.notify_all()
+        self.bell.ring()
         self._nudge()
 
     def on_commit(self, commit: Commit) -> None:
@@ -144,8 +138,7 @@ class CreatingJobs:
 
     def wait(self, generation: int, timeout: float | None) -> None:
         """Until something happened since `generation` (a checkpoint, a commit, a control change)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self.generation != generation, timeout=5.0 if timeout is None else timeout)
+        self.bell.wait(generation, IDLE_S if timeout is None else timeout)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self, job_id: int) -> None:
@@ -155,7 +148,7 @@ class CreatingJobs:
         if job is not None and job.phase is Phase.SNAPSHOT:
             worker.backfill.count_upstreams()
         self._workers[job_id] = worker
-        worker.thread.start()
+        worker.start()
 
     def resume_all(self) -> None:
         """After a restart: drop what in-flight checkpoints left behind, then carry on."""
@@ -178,9 +171,9 @@ class CreatingJobs:
     def stop(self) -> None:
         workers = list(self._workers.values())
         for w in workers:
-            w.interrupt()
+            w.request_stop()
         for w in workers:
-            w.thread.join()
+            w.join()
         self._workers.clear()
 
     def register(self, db: sqlite3.Connection, rel: Relation, upstreams: list[str], strategy: Strategy) -> int:
@@ -222,6 +215,8 @@ class CreatingJobs:
                     and job.consumed_epoch is not None):  # unthrottled from now on: the rule restarts
                 fields["allowed_lag"] = LagRule.start(LagRule.lag(self.rt.catalog, job.consumed_epoch))
             self.rt.catalog.set_job_fields(job_id, **fields)
+        if (worker := self._workers.get(job_id)) is not None:
+            worker.wake(retry=True)  # its settings changed: a backoff after a failure ends too
         self.notify()
 
     def cancel(self, job_id: int, *, wait: bool = True) -> None:
@@ -237,12 +232,12 @@ class CreatingJobs:
                                  daemon=True).start()
             return
         worker = self._workers.get(job_id)
-        if worker is not None and worker.thread.is_alive():
+        if worker is not None and worker.alive():
             worker.cancelled = True
-            worker.interrupt()
+            worker.request_stop()
             if not wait:
                 return
-            worker.thread.join()
+            worker.join()
         elif self.remove(job_id):
             return
         if self.rt.catalog.job(job_id) is not None:
@@ -268,11 +263,15 @@ class CreatingJobs:
         return job.relation if job is not None and job.strategy == SINK_STRATEGY else None
 
     def record_error(self, job_id: int, e: Exception) -> None:
-        self.rt.catalog.set_job_error(job_id, f"{type(e).__name__}: {str(e).strip()[:500]}")
+        self.rt.catalog.set_job_error(job_id, error_text(e))
 
     def failures(self, job_id: int) -> int:
         w = self._workers.get(job_id)
         return w.failures if w else 0
+
+    def statuses(self) -> dict[int, ServiceStatus]:
+        """Each running job's worker: running, failures in a row, its last error and when."""
+        return {job_id: w.status for job_id, w in list(self._workers.items())}
 
     def wait_created(self, job_ids: list[int] | None = None, on_progress: Callable[[], None] | None = None,
                      give_up_after: int | None = None) -> None:

@@ -8,7 +8,7 @@ import logging
 
 from sparkwave.core.catalog import Relation
 from sparkwave.meta.locks import Locks
-from sparkwave.meta.service import Service
+from sparkwave.meta.service import Backoff, Service
 from sparkwave.meta.settings import Settings
 from sparkwave.storage.compaction import compact
 from sparkwave.storage.links import is_linked
@@ -20,7 +20,8 @@ log = logging.getLogger("sparkwave.maintenance")
 
 class Maintenance(Service):
     def __init__(self, store: Store, locks: Locks, interval_s: float) -> None:
-        super().__init__("sparkwave-compactor")
+        # a failed pass is retried at the next interval, as a pass is
+        super().__init__("sparkwave-compactor", backoff=Backoff(interval_s, interval_s), first_wait=interval_s)
         self.store = store
         self.locks = locks
         self.interval_s = interval_s
@@ -40,19 +41,20 @@ class Maintenance(Service):
                 self.store.stored(rel).checkpoint()
         return compacted
 
-    def _run(self) -> None:
+    def _round(self) -> float:
+        """One pass over every relation, then the catalog's history; the next in `interval_s`."""
         catalog = self.store.catalog
-        while self.sleep(self.interval_s):
-            try:
-                threshold = Settings(catalog).compaction_epochs
-                epoch = catalog.committed_epoch()
-                for rel in catalog.relations(internal=True):
-                    if self.stopping:
-                        return
-                    base = catalog.base_at(rel.name, epoch)
-                    n = catalog.log_rows_since(rel.name, base.epoch if base else 0).files
-                    if n >= threshold or (base is not None and base.epoch < epoch and is_linked(base.files)):
-                        self.run(rel, epoch)  # a linked base: lookups wait for its sorted copy
-                catalog.prune_history()
-            except Exception:
-                log.exception("compaction failed; it will be retried")
+        threshold = Settings(catalog).compaction_epochs
+        epoch = catalog.committed_epoch()
+        for rel in catalog.relations(internal=True):
+            if self.stopping:
+                return self.interval_s
+            base = catalog.base_at(rel.name, epoch)
+            n = catalog.log_rows_since(rel.name, base.epoch if base else 0).files
+            if n >= threshold or (base is not None and base.epoch < epoch and is_linked(base.files)):
+                self.run(rel, epoch)  # a linked base: lookups wait for its sorted copy
+        catalog.prune_history()
+        return self.interval_s
+
+    def _on_failure(self, e: Exception) -> None:
+        log.exception("compaction failed; it will be retried")

@@ -26,6 +26,9 @@ class Commit:
 
     epoch: int
     chunks: Mapping[str, pa.Table | StagedLog | None]
+    started_at: float = 0.0  # when its barrier started (`time.time()`): latency is `committed_at - started_at`
+    committed_at: float = 0.0  # when the catalog made it visible
+    rows_in: int = 0  # the input rows it took (sources' and staged DML)
 
 
 class CommitListener(Protocol):
@@ -33,6 +36,13 @@ class CommitListener(Protocol):
     waiting for the epoch returns (a coupled sink has the epoch by then)."""
 
     def on_commit(self, commit: Commit) -> None: ...
+
+
+class FailureListener(Protocol):
+    """Told of every failed attempt of an epoch, on the barrier loop's thread (a `RelationFailed`
+    names the relation, `meta/barrier/failures.py`)."""
+
+    def on_failure(self, error: Exception) -> None: ...
 
 
 class JobControl(Protocol):

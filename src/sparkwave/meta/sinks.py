@@ -39,12 +39,16 @@ from sparkwave.meta.log_store import BUFFER_ROWS, LogStore
 from sparkwave.meta.pipeline import Commit
 from sparkwave.meta.progress import NOTE
 from sparkwave.meta.runtime import Runtime
+from sparkwave.meta.service import Backoff, ServiceStatus, SparkGroupService, error_text
 from sparkwave.storage.snapshot import vnode_rows
 
 log = logging.getLogger("sparkwave.sinks")
 BATCH_ROWS = 500_000  # at most this many change rows per delivery (more when one epoch alone has more)
 SNAPSHOT_CHUNK_ROWS = 1_000_000  # MV rows per sink-backfill delivery
-MAX_BACKOFF_S = 30.0
+# after a failed delivery: 1 s, doubling, at most 30 s; commits do not end it (a target that is down
+# is not retried at every barrier), an ALTER does
+BACKOFF = Backoff(0.5, 30.0)
+IDLE_S = 1.0  # a worker with nothing new looks again at least this often, unless woken sooner
 
 
 def sink_spec(row: SinkRow) -> SinkSpec:
@@ -65,76 +69,41 @@ def net_change(rows: pa.Table, schema: Schema, columns: list[str]) -> pa.Table:
     return rows.select(["_op", *columns])
 
 
-class SinkWorker:
+class SinkWorker(SparkGroupService):
+    """A sink's worker: each round one delivery (a snapshot chunk, or the next epochs' change)."""
+
     def __init__(self, manager: Sinks, row: SinkRow) -> None:
+        super().__init__(f"sparkwave-sink-{row.name}", manager.rt.spark, BACKFILL_POOL, f"sparkwave sink {row.name}",
+                         backoff=BACKOFF)
         self.manager = manager
         self.rt = manager.rt
         self.row = row
         self.spec = sink_spec(row)
         self.mv: Relation = self.rt.relation(row.mv)
         self.store = LogStore(self.rt.catalog, row.mv, self.mv.schema, manager.buffer_rows)
-        self.stop = threading.Event()
-        self.wake = threading.Condition()
         self.limiter = RateLimiter()
-        self.failures = 0  # consecutive failed deliveries
         self.note: str | None = None  # the first value a target changed or left out, shown as the sink's error
-        self.altered = threading.Event()  # a rate limit changed or the sink stops: a backoff ends early
         self.target: SinkTarget | None = None
         self.delivered = threading.Condition()  # notified as the position moves (a coupled sink's epoch waits)
-        self.thread = threading.Thread(target=self._run, name=f"sparkwave-sink-{row.name}", daemon=True)
 
-    @property
-    def group(self) -> str:
-        return f"sparkwave-sink-{self.row.name}"
-
-    def notify(self) -> None:
-        with self.wake:
-            self.wake.notify_all()
-
-    def interrupt(self) -> None:
-        self.stop.set()
-        self.altered.set()
-        self.rt.spark.sparkContext.cancelJobGroup(self.group)
+    def _interrupt(self) -> None:
+        super()._interrupt()
         if (target := self.target) is not None:
             target.cancel()
-        self.notify()
         with self.delivered:
             self.delivered.notify_all()
 
-    def _sleep(self, seconds: float | None) -> None:
-        """Until a commit, an ALTER or a stop wakes the worker, or `seconds` (None: 1 s) pass."""
-        with self.wake:
-            if not self.stop.is_set():
-                self.wake.wait(timeout=1.0 if seconds is None else seconds)
+    def _round(self) -> float | None:
+        wait = self.step()
+        return IDLE_S if wait is None else wait
 
-    def _back_off(self) -> None:
-        """After a failure: commits do not wake the worker, only an ALTER or a stop (a target that is
-        down is not retried at every barrier)."""
-        self.altered.clear()
-        self.altered.wait(min(MAX_BACKOFF_S, 0.5 * 2 ** self.failures))
+    def _on_failure(self, e: Exception) -> None:  # retried from the committed position, the pipeline unaffected
+        log.warning("sink %s: delivery failed (attempt %d): %s", self.row.name, self.failures, e)
+        self._close_target()  # first: the next attempt reconnects even if recording the error fails
+        self.rt.catalog.set_job_error(self.row.job, error_text(e))
 
-    def _run(self) -> None:
-        sc = self.rt.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", BACKFILL_POOL)
-        sc.setJobGroup(self.group, f"sparkwave sink {self.row.name}", interruptOnCancel=True)
-        try:
-            while not self.stop.is_set():
-                try:
-                    wait = self.step()
-                    self.failures = 0
-                except Exception as e:  # retried from the committed position, the pipeline unaffected
-                    if self.stop.is_set():
-                        break
-                    self.failures += 1
-                    log.warning("sink %s: delivery failed (attempt %d): %s", self.row.name, self.failures, e)
-                    self.rt.catalog.set_job_error(self.row.job, f"{type(e).__name__}: {str(e).strip()[:500]}")
-                    self._close_target()
-                    self._back_off()
-                    continue
-                if wait != 0:
-                    self._sleep(wait)
-        finally:
-            self._close_target()
+    def _end(self) -> None:
+        self._close_target()
 
     def _close_target(self) -> None:
         if self.target is not None:
@@ -147,7 +116,7 @@ class SinkWorker:
     def _job(self) -> JobRow:
         job = self.rt.catalog.job(self.row.job)
         if job is None:
-            self.stop.set()
+            self.finish()
             raise CatalogError(f"sink {self.row.name!r} was dropped")
         return job
 
@@ -256,11 +225,11 @@ class SinkWorker:
         """Until the sink's position reaches `epoch` (a coupled sink's epoch waits here; not while it
         backfills, which would hold every epoch for the whole snapshot)."""
         with self.delivered:
-            while not self.stop.is_set() and self.thread.is_alive():
+            while not self.stopping and self.alive():
                 job = self.rt.catalog.job(self.row.job)
                 if job is None or job.phase is Phase.SNAPSHOT or (job.consumed_epoch or 0) >= epoch:
                     return
-                self.notify()
+                self.wake()
                 self.delivered.wait(1.0)
 
 
@@ -283,7 +252,7 @@ class Sinks:
         worker = SinkWorker(self, row)
         with self._lock:
             self._workers[name] = worker
-        worker.thread.start()
+        worker.start()
 
     def resume_all(self) -> None:
         """After a restart; a sink that cannot start says why in its job row, the rest go on."""
@@ -292,16 +261,16 @@ class Sinks:
                 self.start(row.name)
             except Exception as e:
                 log.exception("sink %s cannot start", row.name)
-                self.rt.catalog.set_job_error(row.job, f"{type(e).__name__}: {str(e).strip()[:500]}")
+                self.rt.catalog.set_job_error(row.job, error_text(e))
 
     def stop(self) -> None:
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
         for w in workers:
-            w.interrupt()
+            w.request_stop()
         for w in workers:
-            w.thread.join()
+            w.join()
 
     def worker(self, name: str) -> SinkWorker | None:
         with self._lock:
@@ -322,7 +291,7 @@ class Sinks:
                 except Exception:  # the epoch is committed: its change is read back from the log file
                     log.exception("sink %s: epoch %d could not be buffered; it is read from the log", w.row.name,
                                   epoch)
-            w.notify()
+            w.wake()
         for w in workers:
             if not w.row.decouple:
                 w.wait_delivered(epoch)
@@ -334,8 +303,7 @@ class Sinks:
         with self._lock:
             worker = self._workers.pop(name, None)
         if worker is not None:
-            worker.interrupt()
-            worker.thread.join()
+            worker.stop()
         with self.rt.catalog.transaction() as db:
             self.rt.catalog.remove_sink(db, name)
         if row is not None and self.on_dropped is not None:
@@ -373,10 +341,15 @@ class Sinks:
             raise CatalogError(f"no sink {name!r}")
         self.rt.catalog.set_job_fields(row.job, rate_limit=limit)
         if (w := self.worker(name)) is not None:
-            w.altered.set()
-            w.notify()
+            w.wake(retry=True)  # paused, resumed or slowed: a backoff ends too
 
     def failures(self, name: str) -> int:
         w = self.worker(name)
         return w.failures if w else 0
+
+    def statuses(self) -> dict[str, ServiceStatus]:
+        """Each sink's worker: running, failures in a row, its last error and when."""
+        with self._lock:
+            workers = dict(self._workers)
+        return {name: w.status for name, w in workers.items()}
 

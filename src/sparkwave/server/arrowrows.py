@@ -5,7 +5,7 @@ and binary values (raw bytes). Text from Arrow's casts is taken only where it is
 (floats in fixed notation, decimals without an exponent); the other values of such a column, and
 every other column (intervals, arrays, jsonb, numeric binary), go through the per-value encoder,
 and the rows are joined by Arrow all the same. The bytes are identical to `pgtypes.encode_batch`
-on the same values (tests/test_pgwire_arrow.py checks it)."""
+on the same values (tests/unit/test_pgwire_arrow.py checks it)."""
 
 from __future__ import annotations
 

@@ -72,6 +72,19 @@ class Authenticator:
         self._scram(user, send, reader)
         send(proto.authentication_ok())
 
+    def verifies(self, password: str) -> bool:
+        """Whether a clear-text password (HTTP Basic's, `server/http.py`) is the configured one: it is
+        derived with the verifier's own salt and iterations and its StoredKey compared in constant
+        time, so both servers check one verifier the same way."""
+        if self.password is None:
+            return False
+        salt, stored_key, _, iterations = self._auth_info
+        try:
+            _, candidate, _, _ = self._mechanism.make_auth_info(password, iteration_count=iterations, salt=salt)
+        except Exception:  # scramp refuses what SASLprep prohibits: no such password was configured
+            return False
+        return hmac.compare_digest(candidate, stored_key)
+
     def _scram(self, user: str, send: Callable[[bytes], None], reader: proto.Reader) -> None:
         """RFC 5802 / 7677 as PostgreSQL runs it: the user name inside SCRAM is ignored (libpq sends
         it empty, which scramp's server refuses, so the exchange is ours; the verifier is scramp's)."""

@@ -38,6 +38,7 @@ class Outcome:
     fields: list[Field] | None = None
     batches: Iterator[Batch] = field(default_factory=lambda: iter(()))
     notices: list[str] = field(default_factory=list)
+    at_hand: bool = False  # its few rows are read already (a point query's): sent with its end, in one write
 
     def close(self) -> None:
         """Stops the rows' production early (a portal closed before its end, a client gone)."""
@@ -55,6 +56,7 @@ class Prepared:
     sql: str
     param_types: list[DataType]
     fields: list[Field] | None
+    plan: Any = None  # what the backend kept from Parse to run the statement without parsing it again
 
 
 class Client(Protocol):

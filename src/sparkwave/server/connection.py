@@ -361,7 +361,7 @@ class Connection:
         noticed = len(outcome.notices)
         try:
             self.send(row_description(outcome.fields))
-            sent = stream.send(self.write_now)
+            sent = stream.send(self.send if outcome.at_hand else self.write_now)
             for text in outcome.notices[noticed:]:  # raised while the rows were produced
                 self.send(proto.notice_response(text))
             self.send(proto.command_complete(complete_tag(outcome, sent)))

@@ -4,7 +4,8 @@ with a row limit (PortalSuspended, resumed by the next Execute) and Close, over 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any, Protocol
 
@@ -49,6 +50,17 @@ class Statement:
     prepared: Prepared
     param_oids: list[int]  # as described to the client: its own OID where it gave one, else ours
     empty: bool
+    descriptions: dict[tuple[int, ...], bytes] = field(default_factory=dict)  # RowDescription per result formats
+
+    def row_description(self, formats: Sequence[int]) -> bytes:
+        """The RowDescription of the statement's fields in `formats` (a driver asks at every Execute)."""
+        assert self.prepared.fields is not None
+        key = tuple(formats)
+        if (found := self.descriptions.get(key)) is None:
+            found = results.row_description(self.prepared.fields, formats)
+            if len(self.descriptions) < 4:  # a client may bind a wide statement in any mix of formats
+                self.descriptions[key] = found
+        return found
 
 
 @dataclass
@@ -151,7 +163,7 @@ class Extended:
         elif kind == b"P":
             portal = self._portal(name)
             fields = portal.statement.prepared.fields
-            self.wire.send(results.row_description(fields, portal.formats) if fields is not None
+            self.wire.send(portal.statement.row_description(portal.formats) if fields is not None
                            else proto.no_data())
         else:
             raise proto.ProtocolViolation(f"invalid DESCRIBE message subtype {kind!r}")
@@ -187,7 +199,7 @@ class Extended:
             self.wire.after_statement()
             return
         try:
-            sent = portal.stream.send(self.wire.write_now, limit)
+            sent = portal.stream.send(self.wire.send if outcome.at_hand else self.wire.write_now, limit)
         except BaseException:
             portal.close()
             raise

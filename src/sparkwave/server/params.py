@@ -2,15 +2,21 @@
 so a statement is parsed with each `$n` replaced by a typed literal: at Execute the literal that
 sqlglot renders from the decoded Python value (quoting and escaping are sqlglot's, never the
 caller's text), at Describe before Bind `CAST(NULL AS type)`. The statement is then parsed and
-checked as any other, as exactly one statement."""
+checked as any other, as exactly one statement.
+
+A statement that is a read `frontend/reads.py` answers is parsed once, at Parse, with each `$n` a
+marker (`marked`): at Execute the markers are replaced by the nodes of the values (`value_node`),
+the nodes sqlglot parses their literals to, with no SQL text in between."""
 
 from __future__ import annotations
 
 import math
 import re
+import secrets
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 import sqlglot
@@ -59,10 +65,18 @@ def cast_name(t: DataType) -> str:
 MAX_PARAMETERS = 65_535  # as PostgreSQL (a Bind counts its parameters in 16 bits)
 
 
-def parameters(text: str) -> list[tuple[int, int, int]]:
+CACHED_TEXT = 8192  # statements up to this long keep their parameters' places (the cache stays small)
+
+
+def parameters(text: str) -> tuple[tuple[int, int, int], ...]:
     """Each `$n` of `text` as (n, start, end): its character span, end exclusive. A `$n` inside a
     string or a quoted name is no parameter (the tokenizer says which). An `n` past MAX_PARAMETERS is
-    refused: the statement's parameter list has n places (`$99999999` alone would take gigabytes)."""
+    refused: the statement's parameter list has n places (`$99999999` alone would take gigabytes).
+    A prepared statement's text comes again at each Execute: a short one is tokenized once."""
+    return _kept_parameters(text) if len(text) <= CACHED_TEXT else _parameters(text)
+
+
+def _parameters(text: str) -> tuple[tuple[int, int, int], ...]:
     try:
         tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(text)
     except TokenError as e:
@@ -75,7 +89,10 @@ def parameters(text: str) -> list[tuple[int, int, int]]:
                 raise SqlError(f"there is no parameter ${b.text} (at character {a.start + 1}): a statement has at "
                                f"most {MAX_PARAMETERS:,}", sqlstate="42P02")
             out.append((int(b.text), a.start, b.end + 1))
-    return out
+    return tuple(out)
+
+
+_kept_parameters = lru_cache(maxsize=256)(_parameters)
 
 
 def count(text: str) -> int:
@@ -93,6 +110,31 @@ def substitute(text: str, render: Callable[[int], str]) -> str:
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+# A string no client can write knowingly (it is drawn at start): a literal starting so is a marker.
+_MARK = f"sparkwave-parameter-{secrets.token_hex(16)}-"
+
+
+def marked(text: str) -> str:
+    """`text` with each `$n` a string literal that `marker` reads back as n."""
+    return substitute(text, lambda n: f"'{_MARK}{n}'")
+
+
+def marker(node: exp.Expr) -> int | None:
+    """The parameter number of a marker that `marked` wrote, or None for any other node."""
+    if isinstance(node, exp.Literal) and node.is_string and node.this.startswith(_MARK):
+        return int(node.this[len(_MARK):])
+    return None
+
+
+def value_node(value: Any, t: DataType) -> exp.Expr:
+    """The node sqlglot parses `literal(value, t)` to, built without SQL text (a negative number is
+    `Neg` of its magnitude, as parsed); raises what `literal` raises."""
+    node = _literal(value, t)
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.startswith("-"):  # `-0`
+        return exp.Neg(this=exp.Literal.number(node.this[1:]))
+    return node
 
 
 def null_of(t: DataType) -> str:

@@ -17,17 +17,34 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StringType
 from sqlglot import exp
 
 from sparkwave.core.errors import CatalogError, QueryCanceledError
-from sparkwave.core.limits import MAX_STATEMENT_BYTES
+from sparkwave.core.limits import MAX_EXPRESSION_DEPTH, MAX_STATEMENT_BYTES
 from sparkwave.core.schema import to_spark_type
 from sparkwave.frontend import dml
-from sparkwave.frontend.reads import fast_read
+from sparkwave.frontend.read_shape import PreparedRead, prepared_read, shape
+from sparkwave.frontend.reads import FastResult, fast_read, fast_read_prepared
 from sparkwave.frontend.session import FETCH_BATCH_ROWS, Session
-from sparkwave.frontend.statements import Statement, classify, split
+from sparkwave.frontend.statements import (
+    CreateMaterializedView,
+    CreateSink,
+    CreateTable,
+    Delete,
+    Drop,
+    Flush,
+    Insert,
+    Query,
+    Set,
+    Statement,
+    Update,
+    Wait,
+    parse_one,
+    split,
+)
 from sparkwave.frontend.timeout import CANCEL_EVERY_S, _cancelled, statement_deadline
 from sparkwave.frontend.value_size import grown_as_data_error
 from sparkwave.meta.settings import SPECS
@@ -41,14 +58,8 @@ from sparkwave.server.session_sql import SessionSettings, is_session_statement, 
 
 SPARKWAVE_SETTINGS = frozenset(SPECS)  # SET/SHOW of these are sparkwave's, not the protocol's
 CANCEL_POLL_S = 0.2  # how often a cancelled FLUSH or WAIT looks at its client's cancel flag
+SMALL_BATCH_ROWS = 64  # a fast read's batch of at most this many rows goes out as Python values
 
-_TAGS = {"create_table": "CREATE_TABLE", "create_source": "CREATE_SOURCE", "create_mv": "CREATE_MATERIALIZED_VIEW",
-         "create_sink": "CREATE_SINK", "flush": "FLUSH", "wait": "WAIT", "cancel": "CANCEL_COMMAND",
-         "alter_rate": "ALTER_MATERIALIZED_VIEW", "alter_source_rate": "ALTER_SOURCE",
-         "alter_sink_rate": "ALTER_SINK", "set": "SET"}
-# The statements that return rows, and their tags (PostgreSQL writes `EXPLAIN` with no count).
-_ROW_KINDS = {"query": "SELECT", "show": "SHOW", "describe": "DESCRIBE", "explain": "EXPLAIN"}
-_DROP_TAGS = {"table": "DROP_TABLE", "mv": "DROP_MATERIALIZED_VIEW", "source": "DROP_SOURCE", "sink": "DROP_SINK"}
 _RESET = re.compile(r"RESET\s+([A-Za-z_][A-Za-z0-9_]*)\s*", re.IGNORECASE)
 _RESET_ALL = re.compile(r"RESET\s+ALL\s*", re.IGNORECASE)
 _SHOW_SETTING = re.compile(r"SHOW\s+([A-Za-z_][A-Za-z0-9_]*)\s*", re.IGNORECASE)
@@ -139,8 +150,10 @@ class SessionClient:
                          for i, o in enumerate(list(param_oids) + [0] * (n - len(param_oids)))]
                 return Prepared(text, types, list(self._catalog().describe(text)))
             types = P.infer(text, param_oids, self._column_type)
-            stmt = classify(P.substitute(text, lambda n: P.null_of(types[n - 1])), 1, 1)
-            return Prepared(text, types, self._fields(stmt))
+            stmt = parse_one(P.substitute(text, lambda n: P.null_of(types[n - 1])), 1, 1)
+            # parsed once more only where it may be a fast read (a driver may Parse at every execution)
+            plan = read_plan(text) if isinstance(stmt, Query) and shape(stmt.ast) is not None else None
+            return Prepared(text, types, self._fields(stmt), plan)
         except Exception as e:
             raise to_server_error(e, text) from None
 
@@ -154,10 +167,7 @@ class SessionClient:
         if self._is_catalog(text):
             return self._guarded(text, lambda: self._catalog().run(text, params, self.settings).outcome())
 
-        def render(n: int) -> str:
-            return P.literal(params[n - 1], prepared.param_types[n - 1])
-
-        return self._guarded(text, lambda: self._statement(P.substitute(text, render), 1, 1))
+        return self._guarded(text, lambda: self._execute_prepared(prepared, params))
 
     def cancel(self) -> None:
         """Cancel the running statement: its jobs now, and (as `statement_deadline` does) every job it
@@ -181,6 +191,21 @@ class SessionClient:
         self.backend.forget(self)
 
     # --- one statement ----------------------------------------------------------------------
+    def _execute_prepared(self, prepared: Prepared, params: Sequence[Any]) -> Outcome:
+        """A prepared statement with its parameters' values: a read parsed at Parse takes their
+        nodes; any other statement (or a read the values send to Spark) gets them as literals in
+        its text, parsed again."""
+        text, types = prepared.sql, prepared.param_types
+        if isinstance(prepared.plan, PreparedRead):
+            values = value_nodes(text, types, params)
+            if (fast := fast_read_prepared(self.session, prepared.plan, values)) is not None:
+                return self._fast(fast)
+
+        def render(n: int) -> str:
+            return P.literal(params[n - 1], types[n - 1])
+
+        return self._statement(P.substitute(text, render), 1, 1)
+
     def _split(self, sql: str) -> list[tuple[str, int, int]]:
         if len(sql) > MAX_STATEMENT_BYTES // 4 and len(sql.encode()) > MAX_STATEMENT_BYTES:
             raise ServerError("54000", f"the query string is more than {MAX_STATEMENT_BYTES:,} bytes; load large "
@@ -259,7 +284,7 @@ class SessionClient:
             return self._catalog().run(text, (), self.settings).outcome()
         if (m := _SHOW_SETTING.fullmatch(text)) and m.group(1).lower() in SPARKWAVE_SETTINGS:
             return self._show_setting(m.group(1).lower())
-        return self._execute(classify(text, line, col))
+        return self._execute(parse_one(text, line, col))
 
     def _catalog(self) -> PgCatalog:
         return self.backend.catalog(self.settings.database, self.user)
@@ -268,47 +293,50 @@ class SessionClient:
         return is_catalog_query(text)
 
     def _execute(self, stmt: Statement) -> Outcome:
-        kind, s = stmt.kind, self.session
-        if kind == "query" and stmt.ast is not None and (fast := fast_read(s, stmt.ast)) is not None:
-            return Outcome("SELECT", [Field(n, t) for n, t in fast.fields], self._checked(fast.batches))
-        if kind in _ROW_KINDS:
+        s = self.session
+        if isinstance(stmt, Query) and (fast := fast_read(s, stmt.ast)) is not None:
+            return self._fast(fast)
+        if stmt.returns_rows:
             with self._scope(timed=False):
                 df = self._frame(stmt)
-            return Outcome(_ROW_KINDS[kind], _fields(df),
-                           self._rows(df, timed=kind == "query"))
-        if kind in ("insert", "update", "delete"):
+            return Outcome(stmt.tag, _fields(df),
+                           self._rows(df, timed=stmt.timed))
+        if isinstance(stmt, Insert | Update | Delete):
             with self._scope(timed=True):
                 n = self._dml(stmt)
             if self.settings.in_transaction:
                 self.settings.mark_write()  # a ROLLBACK then says the writes stay committed
-            return Outcome(f"INSERT 0 {n}" if kind == "insert" else f"{kind.upper()} {n}")
-        if kind == "set" and stmt.args["key"] == "statement_timeout":
-            text = stmt.args["value"].lower()
+            return Outcome(f"INSERT 0 {n}" if isinstance(stmt, Insert) else f"{stmt.tag} {n}")
+        if isinstance(stmt, Set) and stmt.key == "statement_timeout":
+            text = stmt.value.lower()
             try:
                 self.statement_timeout_ms = SPECS["statement_timeout"].parse(text)
             except (ValueError, OverflowError):
                 raise stmt.error(SPECS["statement_timeout"].error("statement_timeout", text), text,
                                  sqlstate="22023") from None
             return Outcome("SET")
-        if kind == "flush":
+        if isinstance(stmt, Flush):
             self._cancellable(s.flush)
             return Outcome("FLUSH")
-        if kind == "wait":
+        if isinstance(stmt, Wait):
             self._cancellable_wait()
             return Outcome("WAIT")
         with self._scope(timed=False):
-            if kind == "create_mv":
+            if isinstance(stmt, CreateMaterializedView):
                 self._create_foreground(stmt)
             else:
                 s._execute(stmt)
-        tag = _DROP_TAGS[stmt.args["kind"]] if kind == "drop" else _TAGS.get(kind, kind.upper())
-        if kind.startswith(("create", "drop")):
+        if stmt.ddl:
             self.backend.ddl_generation += 1
             if self.backend.on_event is not None:
-                name = stmt.args.get("name") or (stmt.ast.this.this.name if stmt.ast is not None and isinstance(
-                    stmt.ast.this, exp.Schema) else "?")
-                self.backend.on_event(f"{tag} {name} done (user {self.user})")
-        return Outcome(tag)
+                name = stmt.name if isinstance(stmt, CreateTable | CreateMaterializedView | CreateSink | Drop) else "?"
+                self.backend.on_event(f"{stmt.tag} {name} done (user {self.user})")
+        return Outcome(stmt.tag)
+
+    def _fast(self, fast: FastResult) -> Outcome:
+        lookup = fast.kind == "lookup"
+        batches = _as_rows(fast.batches) if lookup else fast.batches
+        return Outcome("SELECT", [Field(n, t) for n, t in fast.fields], self._checked(batches), at_hand=lookup)
 
     def _checked(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         """Batches that need no Spark (the fast path), stopped by a cancel between two."""
@@ -322,7 +350,7 @@ class SessionClient:
             if close is not None:
                 close()
 
-    def _create_foreground(self, stmt: Statement) -> None:
+    def _create_foreground(self, stmt: CreateMaterializedView) -> None:
         """CREATE MATERIALIZED VIEW, whose foreground wait for its job a cancel ends, cancelling the job
         too (as RisingWave does): the view is not created."""
         def check() -> None:
@@ -334,7 +362,7 @@ class SessionClient:
         try:
             self.session._execute(stmt)
         except ServerError as e:
-            if e.code == "57014" and (job := self.session.catalog.job_of(stmt.args["name"])) is not None:
+            if e.code == "57014" and (job := self.session.catalog.job_of(stmt.name)) is not None:
                 if job.creating:
                     with suppress(CatalogError):  # it merged meanwhile: the view stays, as after the statement
                         self.session.creating.cancel(job.id)
@@ -344,24 +372,24 @@ class SessionClient:
 
     def _frame(self, stmt: Statement) -> DataFrame:
         s = self.session
-        if stmt.kind == "query":
+        if isinstance(stmt, Query):
             return s._do_query(stmt)
         return s._execute(stmt)  # type: ignore[return-value]  # SHOW, DESCRIBE and EXPLAIN return a frame
 
     def _fields(self, stmt: Statement) -> list[Field] | None:
         """The result's columns without running the statement (Spark analyses a query lazily)."""
-        if stmt.kind in _ROW_KINDS:
+        if stmt.returns_rows:
             with self._scope(timed=False):
                 return _fields(self._frame(stmt))
         return None
 
-    def _dml(self, stmt: Statement) -> int:
+    def _dml(self, stmt: Insert | Update | Delete) -> int:
         """The statement as `Session._do_insert` and the others run it, with the rows it wrote."""
         rt, s = self.session.rt, self.session
-        if stmt.kind == "insert":
+        if isinstance(stmt, Insert):
             with grown_as_data_error(f"INSERT (at {stmt.where()})"):
                 return dml.insert_values(rt, stmt)
-        if stmt.kind == "update":
+        if isinstance(stmt, Update):
             with grown_as_data_error(f"UPDATE (at {stmt.where()})"):
                 return dml.update(rt, stmt, s.committed_epoch)
         return dml.delete(rt, stmt, s.committed_epoch)
@@ -463,6 +491,56 @@ def _local(df: DataFrame) -> bool:
         return bool(df._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation")
     except Exception:
         return False
+
+
+def read_plan(text: str) -> PreparedRead | None:
+    """The read of `reads.py` that the prepared statement `text` is, parsed once, its parameters
+    open values of its conditions; None for any other statement (parsed again with its values at
+    each Execute). Taken as Execute takes the text with values in place of the markers: not a
+    session or catalog statement, and markers shallow enough that a negative number's extra node
+    stays within the parser's depth limit."""
+    marked = P.marked(text)
+    if is_session_statement(marked, SPARKWAVE_SETTINGS) or _RESET.fullmatch(marked) or \
+            _SHOW_SETTING.fullmatch(marked) or is_catalog_query(marked):
+        return None
+    try:
+        stmt = parse_one(marked, 1, 1)
+    except Exception:  # Execute says why, with the values in place
+        return None
+    if not isinstance(stmt, Query):
+        return None
+    if any(_depth(node) >= MAX_EXPRESSION_DEPTH for node in stmt.ast.walk() if P.marker(node) is not None):
+        return None
+    return prepared_read(stmt.ast, P.marker)
+
+
+def value_nodes(text: str, types: Sequence[DataType], params: Sequence[Any]) -> dict[int, exp.Expr]:
+    """The node of each parameter `text` names, built in the text's order as `params.substitute`
+    renders them: a value refused is the same error."""
+    return {n: P.value_node(params[n - 1], types[n - 1]) for n, _, _ in P.parameters(text)}
+
+
+def _depth(node: exp.Expr) -> int:
+    """`node`'s depth as `functions.check` counts it (the root is 1)."""
+    depth = 1
+    while (node := node.parent) is not None:  # type: ignore[assignment]
+        depth += 1
+    return depth
+
+
+def _as_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Batch]:
+    """A lookup's few rows as Python values: encoded value by value (the same bytes,
+    tests/unit/test_pgwire_arrow.py) at a fraction of the fixed cost of Arrow's vectorised path."""
+    try:
+        for batch in batches:
+            if 0 < batch.num_columns and batch.num_rows <= SMALL_BATCH_ROWS and \
+                    not any(pa.types.is_nested(t) for t in batch.schema.types):
+                yield list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+            else:
+                yield batch
+    finally:
+        if close := getattr(batches, "close", None):
+            close()
 
 
 def _fields(df: DataFrame) -> list[Field]:

@@ -197,6 +197,8 @@ def rows(base_file: str, keys: pa.Table, key: list[str], schema: pa.Schema) -> p
         needles = first.cast(column.type)
     except pa.ArrowException:
         return None
+    if keys.num_rows == 1:  # a point query: its rows are one run of the index, sliced without a copy
+        return _run(index, int(keys["_vnode"][0].as_py()), column, needles).select(schema.names).cast(schema)
     vn = keys["_vnode"].to_numpy()
     order = np.argsort(vn, kind="stable")
     needles = needles.take(pa.array(order))
@@ -225,3 +227,14 @@ def rows(base_file: str, keys: pa.Table, key: list[str], schema: pa.Schema) -> p
     if not parts:
         return schema.empty_table()
     return pa.Table.from_batches(parts).select(schema.names).cast(schema)
+
+
+def _run(index: _Index, vnode: int, column: pa.ChunkedArray, needle: pa.ChunkedArray) -> pa.Table:
+    """The rows of `vnode` whose first key column equals the one value of `needle`."""
+    lo, hi = int(index.bounds[vnode]), int(index.bounds[vnode + 1])
+    if lo == hi:
+        return index.table.slice(0, 0)
+    segment = column.slice(lo, hi - lo)
+    start = pc.search_sorted(segment, needle, side="left").to_numpy()[0]
+    end = pc.search_sorted(segment, needle, side="right").to_numpy()[0]
+    return index.table.slice(lo + int(start), int(end - start))

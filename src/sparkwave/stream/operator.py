@@ -22,7 +22,6 @@ Which evaluation runs for a size is `core/policy.py`'s decision."""
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,23 +44,10 @@ from sparkwave.storage.snapshot import read_parquet
 from sparkwave.storage.state import state_name
 from sparkwave.storage.store import Store
 from sparkwave.storage.table import StoredTable, log_arrow_schema, log_spark_ddl
+from sparkwave.stream.expressions import column_ref, renamed
 
 WEIGHT = pa.field(W, pa.int64())
 VNODE = pa.field("_vnode", pa.int16())
-_REFERENCE = re.compile(r"`(c\d+_[a-z0-9_]*)`")  # an internal column, as the planner writes it in Spark SQL
-
-
-def references(*sql: str | None) -> set[str]:
-    """The internal columns (`c<n>_<name>`) that Spark SQL expressions refer to."""
-    return {name for text in sql if text for name in _REFERENCE.findall(text)}
-
-
-def renamed(sql: str, names: dict[str, str]) -> str | None:
-    """A Spark SQL expression with its internal columns renamed by `names`; None if it refers to one
-    that `names` lacks."""
-    if not references(sql) <= names.keys():
-        return None
-    return _REFERENCE.sub(lambda m: f"`{names[m.group(1)]}`", sql)
 
 
 class States(Protocol):
@@ -287,11 +273,6 @@ def _below_projections(op: Operator) -> Operator:
     while len(op.inputs) == 1 and not op.keeps_state:
         op = op.inputs[0]
     return op
-
-
-def column_ref(expr: str) -> str | None:
-    """The column a Spark SQL expression is, if it is a bare reference (`` `name` ``)."""
-    return expr[1:-1] if expr.startswith("`") and expr.endswith("`") and expr.count("`") == 2 else None
 
 
 @dataclass(frozen=True)

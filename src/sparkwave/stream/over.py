@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
-from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, references, state_schema
+from sparkwave.stream.expressions import references
+from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
 
 SIDE = "_side"  # which of the two row sets a per-epoch evaluation computes (0 before, 1 after)
 _STATE = re.compile(r"w(\d+)")

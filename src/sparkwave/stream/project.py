@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkwave.core.local_frames import local_frame
 from sparkwave.core.zset import W
+from sparkwave.stream.expressions import column_ref, references
 from sparkwave.stream.operator import (
     VNODE,
     WEIGHT,
@@ -24,9 +25,7 @@ from sparkwave.stream.operator import (
     Operator,
     SnapshotIO,
     collect,
-    column_ref,
     exprs_json,
-    references,
     select_items,
 )
 from sparkwave.stream.share import Share

@@ -18,13 +18,13 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op
 from sparkwave.core.zset import W
+from sparkwave.stream.expressions import references
 from sparkwave.stream.operator import (
     EpochIO,
     Fused,
     Operator,
     SnapshotIO,
     exprs_json,
-    references,
     select_items,
 )
 

@@ -25,8 +25,9 @@ from pyspark.sql import DataFrame
 
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset_frames import q
+from sparkwave.stream.expressions import column_ref
 from sparkwave.stream.join_side import Near, matchable
-from sparkwave.stream.operator import FrameIO, Operator, SnapshotIO, States, column_ref, state_schema
+from sparkwave.stream.operator import FrameIO, Operator, SnapshotIO, States, state_schema
 from sparkwave.stream.project import renames_below
 from sparkwave.stream.scan import Scan
 

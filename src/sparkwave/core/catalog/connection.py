@@ -117,6 +117,13 @@ class CatalogBase:
                 raise
             self._db.execute("COMMIT")
 
+    def changes(self) -> tuple[int, int]:
+        """A mark that differs whenever the catalog's content may have changed since it was taken:
+        the rows this connection changed, and SQLite's count of the other connections' commits. A
+        reader may keep what it read under an unchanged mark (`frontend/reads.py`)."""
+        with self._lock:
+            return self._db.total_changes, self._db.execute("PRAGMA data_version").fetchone()[0]
+
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()

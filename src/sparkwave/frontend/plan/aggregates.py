@@ -126,7 +126,8 @@ class _Calls:
             return exp.column(self.agg(fn, self.column_of(sql)), quoted=True)
         hi, lo = (self.column_of(part) for part in decimal_parts(sql, scale))
         h, low = self.agg("sum", hi), self.agg("sum", lo)
-        total = decimal_sum(h, low, scale) if fn == "sum" else decimal_avg(h, low, self.agg("count", hi), scale)
+        total = decimal_sum(f"`{h}`", f"`{low}`", scale) if fn == "sum" else \
+            decimal_avg(f"`{h}`", f"`{low}`", f"`{self.agg('count', hi)}`", scale)
         return exp.paren(exp.var(total))
 
     def rewrite(self, e: exp.Expr, where: str) -> exp.Expr:

@@ -7,7 +7,7 @@ it: each node's class must be in `HANDLED`, with the args the planner consumes (
 with a message of its own), and an arg outside that set, if set, is refused by name. Function calls
 are the allowlist of `functions.FUNCTIONS` (checked when a statement is parsed): a call there is
 written to Spark SQL whole, except the args `_FUNCTION_ARGS_REFUSED` names.
-`tests/test_planner_closed_world.py` walks every sqlglot expression class."""
+`tests/unit/test_planner_closed_world.py` walks every sqlglot expression class."""
 
 from __future__ import annotations
 

@@ -1,18 +1,26 @@
 """`EXPLAIN`: an MV's operator tree as text, one line per operator, each input indented under its
-parent, as PostgreSQL's and RisingWave's `QUERY PLAN`. State tables are named as the warehouse
-names them (`<mv>.<suffix>`) with what they hold in words; internal columns keep their planner
-names (`c7_price`: the 7th column the planner named, from `price`)."""
+parent, as PostgreSQL's and RisingWave's `QUERY PLAN`. Each line gives the operator's key, its
+state tables (named as the warehouse names them, `<mv>.<suffix>`, with what they hold in words) and
+where it runs, in the user's column names (`explain_names.py`). The same words are what the
+dashboard shows of an MV's state tables (`state_tables`)."""
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 
+from sparkwave.core import policy
+from sparkwave.core.catalog import Relation
+from sparkwave.core.errors import CatalogError
+from sparkwave.frontend.plan.explain_names import IDENT as _IDENT
+from sparkwave.frontend.plan.explain_names import Names
+from sparkwave.frontend.plan.explain_names import sql_text as _sql
 from sparkwave.frontend.plan.planner import MvPlan
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.aggregate_side import AggregateSide
 from sparkwave.stream.join import SIDES, Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
+from sparkwave.stream.plan import from_json
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.share import Share
@@ -21,106 +29,198 @@ from sparkwave.stream.values import Values
 
 INDENT = "  "
 
+__all__ = ["INDENT", "explain", "runs", "state_tables", "stored_plan"]
 
-def explain(name: str, plan: MvPlan) -> list[str]:
-    """The plan of MV `name`, one line per operator."""
+
+@dataclass(frozen=True)
+class StateTable:
+    """One state table of an operator: its name as stored and what it holds, in words."""
+
+    name: str
+    words: str
+
+    def __str__(self) -> str:
+        return f'{self.name} "{self.words}"'
+
+
+def explain(name: str, plan: MvPlan, *, big_epoch_rows: int = policy.BIG_EPOCH_ROWS,
+            internal_names: bool = False) -> list[str]:
+    """The plan of MV `name`, one line per operator (`internal_names`: the planner's column names,
+    for debugging the planner)."""
     schema = plan.schema
     cols = ", ".join(f"{c.name} {c.type.name}" + (" hidden" if c.hidden else "") for c in schema.columns)
     head = f"Materialize({name}, key: [{', '.join(schema.key)}], columns: [{cols}]" + \
         (", append only)" if schema.append_only else ")")
     lines = [head]
-    _walk(name, plan.root, 1, lines, set())
+    _Explain(name, Names(plan.root, internal=internal_names), big_epoch_rows).walk(plan.root, 1, lines, set())
     return lines
 
 
-def _walk(mv: str, op: Operator, depth: int, lines: list[str], seen: set[int]) -> None:
-    if isinstance(op, Share) and op.id in seen:
-        lines.append(f"{INDENT * depth}Share(#{op.id}, read again: see above)")
-        return
+def state_tables(name: str, plan: MvPlan) -> list[tuple[str, str]]:
+    """Each state table of MV `name` as (table name, what it holds in words), top of the tree first:
+    the words EXPLAIN prints, for the dashboard's MV page."""
+    ex = _Explain(name, Names(plan.root), policy.BIG_EPOCH_ROWS)
+    seen: set[int] = set()
+    out: list[tuple[str, str]] = []
+    for op in _top_down(plan.root, seen):
+        out += [(s.name, s.words) for s in ex.states(op)]
+    return out
+
+
+def stored_plan(rel: Relation) -> MvPlan:
+    """The plan of an existing MV from its stored definition (the tree it runs, not a new plan)."""
+    spec = rel.spec
+    if rel.kind != "mv" or spec.dataflow is None:
+        raise CatalogError(f"EXPLAIN {rel.name}: {rel.name!r} is a {_kind(rel)}, not a materialized view")
+    root = from_json(spec.dataflow)
+    assert isinstance(root, Project), f"BUG: the stored tree of {rel.name} has a {type(root).__name__} at its root"
+    return MvPlan(root, rel.schema, list(spec.outputs), list(spec.upstreams))
+
+
+def runs(op: Operator, big_epoch_rows: int) -> str | None:
+    """Where `op` runs per epoch, by the size of its change (`core/policy.py`'s decisions), or None
+    for an operator that does no work of its own per epoch."""
+    if isinstance(op, (Scan, Project)):
+        # runs_locally: a change the driver holds is a local relation, evaluated without a Spark job
+        return f"driver up to {policy.LOCAL_ROWS:,} rows an epoch, else executors"
+    if op.keeps_state:
+        # is_big_epoch: past `big_epoch_rows` the step runs as Spark frames against the state files
+        return f"driver (Arrow) up to {big_epoch_rows:,} rows an epoch (big_epoch_rows), else executors"
+    return None
+
+
+def _top_down(op: Operator, seen: set[int]) -> list[Operator]:
+    if op.id in seen:
+        return []
     seen.add(op.id)
-    lines.append(INDENT * depth + _line(mv, op))
-    for child in op.inputs:
-        _walk(mv, child, depth + 1, lines, seen)
+    return [op, *[o for child in op.inputs for o in _top_down(child, seen)]]
 
 
-def _line(mv: str, op: Operator) -> str:
-    if isinstance(op, Scan):
-        return _scan(op)
-    if isinstance(op, Project):
-        return _project(op)
-    if isinstance(op, Join):
-        return _join(mv, op)
-    if isinstance(op, Aggregate):
-        return _aggregate(mv, op)
-    if isinstance(op, OverWindow):
-        calls = ", ".join(f"{n} := {_sql(e)}" for n, e in op.calls)
-        return (f"Over(#{op.id}, partition: [{', '.join(op.partition)}], calls: [{calls}], state: "
-                f"{_state(mv, op.state, f'the window input rows by {_words(op.partition)}')})")
-    if isinstance(op, Values):
-        rows = ", ".join("(" + ", ".join(_sql(v) for v in r) + ")" for r in op.rows)
-        return f"Values(#{op.id}, columns: [{', '.join(n for n, _ in op.columns)}], rows: [{rows}])"
-    if isinstance(op, Share):
-        return f"Share(#{op.id})"
-    return f"{type(op).__name__}(#{op.id})"
+def _kind(rel: Relation) -> str:
+    return {"table": "table", "source": "source", "state": "state table"}.get(rel.kind, rel.kind)
 
 
-def _scan(op: Scan) -> str:
-    cols = ", ".join(f"{c} := {_sql(e)}" for c, e in op.exprs)
-    parts = [op.relation, f"columns: [{cols}]"]
-    if op.window is not None:
-        w = op.window
-        parts.append(f"window: {w.kind}({w.time}, size {w.size}s" + (f", slide {w.slide}s)" if w.slide else ")"))
-    if op.predicate:
-        parts.append(f"filter: {_sql(op.predicate)}")
-    return f"Scan(#{op.id}, {', '.join(parts)})"
+class _Explain:
+    def __init__(self, mv: str, names: Names, big_epoch_rows: int) -> None:
+        self.mv = mv
+        self.n = names
+        self.big = big_epoch_rows
+
+    def walk(self, op: Operator, depth: int, lines: list[str], seen: set[int]) -> None:
+        if isinstance(op, Share) and op.id in seen:
+            lines.append(f"{INDENT * depth}Share(#{op.id}, read again: see above)")
+            return
+        seen.add(op.id)
+        lines.append(INDENT * depth + self.line(op))
+        for child in op.inputs:
+            self.walk(child, depth + 1, lines, seen)
+
+    def line(self, op: Operator) -> str:
+        parts = self.parts(op)
+        if not isinstance(op, (Share, Values)):
+            parts.append(f"key: [{self.n.all(op.key)}]" if op.key or not isinstance(op, Aggregate)
+                         else "key: [] (one row)")
+        if states := self.states(op):
+            parts.append(f"state: [{'; '.join(map(str, states))}]")
+        if (where := runs(op, self.big)) is not None:
+            parts.append(f"runs: {where}")
+        kind = "Over" if isinstance(op, OverWindow) else type(op).__name__
+        return f"{kind}(#{op.id}{''.join(', ' + p for p in parts)})"
+
+    def parts(self, op: Operator) -> list[str]:
+        n = self.n
+        if isinstance(op, Scan):
+            return self.scan(op)
+        if isinstance(op, Project):
+            return self.project(op)
+        if isinstance(op, Join):
+            keys = ", ".join(f"{n(a)} = {n(b)}" for a, b in zip(op.left_keys, op.right_keys, strict=True))
+            borrowed = [f"{side} side: aggregate #{where.agg.id}'s state" for side in SIDES
+                        if isinstance(where := op.side(side), AggregateSide)]
+            return [op.join_type, f"on: [{keys}]", *borrowed]
+        if isinstance(op, Aggregate):
+            calls = [c if (c := n.call(a)) == n(a.out) else f"{n(a.out)} := {c}" for a in op.aggs]
+            return [f"calls: [{', '.join(calls)}]"] if calls else []
+        if isinstance(op, OverWindow):
+            return [f"partition: [{n.all(op.partition)}]",
+                    f"calls: [{', '.join(f'{n(c)} := {n.expr(e)}' for c, e in op.calls)}]"]
+        if isinstance(op, Values):
+            rows = ", ".join("(" + ", ".join(_sql(v) for v in r) + ")" for r in op.rows)
+            return [f"columns: [{n.all([c for c, _ in op.columns])}]", f"rows: [{rows}]"]
+        return []
+
+    def scan(self, op: Scan) -> list[str]:
+        n = self.n
+        cols = [c if (c := n(name)) == (t := _sql(e)) or c.endswith(f".{t}") else f"{c} := {t}"
+                for name, e in op.exprs]
+        parts = [op.relation, f"columns: [{', '.join(cols)}]"]
+        if op.window is not None:
+            w = op.window
+            parts.append(f"window: {w.kind}({w.time}, size {w.size}s" + (f", slide {w.slide}s)" if w.slide else ")"))
+        if op.predicate:
+            parts.append(f"filter: {n.expr(op.predicate)}")
+        return parts
+
+    def project(self, op: Project) -> list[str]:
+        n = self.n
+        kept: dict[str, None] = {}  # the columns it passes on, each once (two names of one column read alike)
+        computed = []
+        for name, e in op.exprs:
+            shown, value = n(name), n.expr(e)
+            if shown != value:
+                computed.append(f"{shown} := {value}")
+            elif _IDENT.fullmatch(_sql(e)):
+                kept[shown] = None
+            else:
+                computed.append(value)  # a computed column that reads as its expression
+        parts = [f"exprs: [{', '.join(computed)}]"] if computed else []
+        if kept:
+            parts.append(f"pass: [{', '.join(kept)}]")
+        if op.predicate:
+            parts.append(f"filter: {n.expr(op.predicate)}")
+        return parts
+
+    # --- state tables in words ------------------------------------------------------------------
+    def states(self, op: Operator) -> list[StateTable]:
+        n = self.n
+        if isinstance(op, Join):
+            return self.join_states(op)
+        if isinstance(op, Aggregate):
+            group = "over all rows (one row)" if op.scalar else f"per {n.all(op.group)}"
+            what = f"{', '.join(n(a.out) for a in op.aggs)} {group}" if op.aggs else f"each distinct {n.all(op.group)}"
+            out = [self.table(op.partials_state, what)]
+            by_arg = {a.arg: a for a in op.aggs if a.arg}
+            for j, arg in enumerate(op.value_args()):
+                used = by_arg.get(arg)
+                purpose = f", for {n.call(used)}" if used else ""
+                out.append(self.table(op.values_state(j), f"each value of {n(arg)} {group} with its count{purpose}"))
+            return out
+        if isinstance(op, OverWindow):
+            calls = ", ".join(n(c) for c, _ in op.calls)
+            return [self.table(op.state, f"the rows of each {n.all(op.partition)}, for {calls}")]
+        return []
+
+    def join_states(self, op: Join) -> list[StateTable]:
+        out = []
+        for side in SIDES:
+            child, keys = (op.left, op.left_keys) if side == "left" else (op.right, op.right_keys)
+            where = op.side(side)
+            if isinstance(where, AggregateSide):
+                continue  # reads the aggregate's partials: a table of its own it has not
+            rows = _rows_of(child)
+            words = f"the {side} side's {rows} by {self.n.all(keys)}"
+            if isinstance(where, TableSide):
+                words += f" (kept as {where.relation}'s own rows: a backfill links its files)"
+            out.append(self.table(where.state, words))
+        return out
+
+    def table(self, suffix: str, words: str) -> StateTable:
+        return StateTable(f"{self.mv}.{suffix}", words)
 
 
-def _project(op: Project) -> str:
-    kept = [n for n, e in op.exprs if _sql(e) == n]
-    computed = [f"{n} := {_sql(e)}" for n, e in op.exprs if _sql(e) != n]
-    parts = [f"exprs: [{', '.join(computed)}]"]
-    if kept:
-        parts.append(f"pass: [{', '.join(kept)}]")
-    if op.predicate:
-        parts.append(f"filter: {_sql(op.predicate)}")
-    parts.append(f"key: [{', '.join(op.key)}]")
-    return f"Project(#{op.id}, {', '.join(parts)})"
-
-
-def _join(mv: str, op: Join) -> str:
-    keys = ", ".join(f"{a} = {b}" for a, b in zip(op.left_keys, op.right_keys, strict=True))
-    states = []
-    for side in SIDES:
-        keys_of = op.left_keys if side == "left" else op.right_keys
-        where = op.side(side)
-        if isinstance(where, AggregateSide):
-            states.append(f"{side}: reads aggregate #{where.agg.id}'s partials")
-            continue
-        words = f"the join's {side} side rows by {_words(keys_of)}"
-        if isinstance(where, TableSide):
-            words += f", kept as {where.relation}'s rows"
-        states.append(f"{side}: {_state(mv, where.state, words)}")
-    return f"Join(#{op.id}, {op.join_type}, keys: [{keys}], state: [{'; '.join(states)}])"
-
-
-def _aggregate(mv: str, op: Aggregate) -> str:
-    calls = ", ".join(f"{a.out} := {a.fn}({a.arg or ''})" for a in op.aggs)
-    group = "no group (one row)" if op.scalar else _words(op.group)
-    states = [_state(mv, op.partials_state, f"the aggregate's partials by {group}")]
-    states += [_state(mv, op.values_state(j), f"the values of {_words([arg])} per {group}")
-               for j, arg in enumerate(op.value_args())]
-    group_list = "" if op.scalar else f"group: [{', '.join(op.group)}], "
-    return f"Aggregate(#{op.id}, {group_list}calls: [{calls}], state: [{'; '.join(states)}])"
-
-
-def _state(mv: str, suffix: str, words: str) -> str:
-    return f'{mv}.{suffix} "{words}"'
-
-
-def _words(columns: list[str]) -> str:
-    """Internal column names as the user's (`c3_auction` -> auction)."""
-    return ", ".join(re.sub(r"^c\d+_", "", c) for c in columns) or "nothing"
-
-
-def _sql(e: str) -> str:
-    return e.replace("`", "")
+def _rows_of(op: Operator) -> str:
+    """What a join side's rows are, in words: `bid rows`, `rows of auction and bid`."""
+    ups = op.upstreams()
+    if not ups:
+        return "constant rows"
+    return f"{ups[0]} rows" if len(ups) == 1 else f"rows of {', '.join(ups[:-1])} and {ups[-1]}"

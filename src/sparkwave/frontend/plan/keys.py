@@ -10,6 +10,7 @@ import re
 
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, SqlType
 from sparkwave.frontend.plan.context import PlanContext
+from sparkwave.frontend.statements import CreateMaterializedView
 from sparkwave.stream.project import Project
 
 Outputs = list[tuple[str, str]]  # (MV column, internal column of the root)
@@ -18,7 +19,7 @@ Outputs = list[tuple[str, str]]  # (MV column, internal column of the root)
 def named_outputs(ctx: PlanContext, outputs: Outputs) -> Outputs:
     """The query's outputs under the names of `CREATE MATERIALIZED VIEW mv (a, b, ...)`, if given."""
     visible = list(outputs)
-    if columns := ctx.stmt.args.get("columns"):
+    if columns := (ctx.stmt.columns if isinstance(ctx.stmt, CreateMaterializedView) else ()):
         if len(columns) > len(visible):
             raise ctx.err(f"materialized view column list names {len(columns)} columns, but its query has "
                           f"{len(visible)}", "AS")

@@ -13,7 +13,7 @@ from sparkwave.core.errors import CatalogError
 from sparkwave.core.schema import Column, Schema, parse_type
 from sparkwave.frontend.plan.planner import MvPlan, Planner
 from sparkwave.frontend.plan.types import TypeOracle
-from sparkwave.frontend.statements import Statement, parse
+from sparkwave.frontend.statements import CreateMaterializedView, CreateTable, Query, parse
 
 
 class StaticCatalog:
@@ -37,23 +37,22 @@ class StaticCatalog:
         """Register the tables and MVs `sql` creates (other statements are refused); the MVs' plans."""
         plans = []
         for stmt in parse(sql):
-            if stmt.kind in ("create_table", "create_source"):
+            if isinstance(stmt, CreateTable):  # a CreateSource too
                 self._table(stmt)
-            elif stmt.kind == "create_mv":
+            elif isinstance(stmt, CreateMaterializedView):
                 plan = self.plan(stmt)
-                self.add(stmt.args["name"], "mv", plan.schema)
+                self.add(stmt.name, "mv", plan.schema)
                 plans.append(plan)
             else:
-                raise stmt.error(f"a static catalog takes CREATE TABLE and CREATE MATERIALIZED VIEW, not {stmt.kind}")
+                raise stmt.error("a static catalog takes CREATE TABLE and CREATE MATERIALIZED VIEW, not "
+                                 f"{type(stmt).__name__}")
         return plans
 
-    def plan(self, stmt: Statement) -> MvPlan:
-        assert stmt.ast is not None
+    def plan(self, stmt: CreateMaterializedView | Query) -> MvPlan:
         return Planner(stmt, self.lookup, self.types).plan(stmt.ast)
 
-    def _table(self, stmt: Statement) -> None:
+    def _table(self, stmt: CreateTable) -> None:
         ast = stmt.ast
-        assert isinstance(ast, exp.Create)
         name = ast.this.this.name.lower()
         columns: list[Column] = []
         key: list[str] = []
@@ -64,12 +63,12 @@ class StaticCatalog:
                     key.append(columns[-1].name)
             elif isinstance(item, exp.PrimaryKey):
                 key.extend(i.name.lower() for i in item.expressions)
-        options = stmt.args["options"]
+        options = stmt.options
         if options:
             columns += connector_class(name, options).extra_columns(options)
-        append_only = stmt.args["append_only"] or (bool(options) and not key)
+        append_only = stmt.append_only or (bool(options) and not key)
         if not key:
             columns.append(Column("_row_id", parse_type("bigint"), hidden=True))
             key = ["_row_id"]
-        self.add(name, "source" if stmt.kind == "create_source" else "table",
+        self.add(name, stmt.relation_kind,
                  Schema(tuple(columns), tuple(key), append_only))

@@ -1,7 +1,7 @@
 """A `TypeOracle` without a JVM: Spark SQL's typing rules for the expressions the planner writes,
 in a table (numeric promotion, decimal precision and scale as Spark's `DecimalPrecision` with
 precision loss allowed, the result types of the functions sparkwave allows). Plan tests use it, so
-planning runs without Spark; `tests/test_planner_golden.py` checks it against Spark's analyser on
+planning runs without Spark; `tests/unit/test_planner_golden.py` checks it against Spark's analyser on
 the whole golden corpus. An expression it has no rule for raises `UntypedError` naming the node."""
 
 from __future__ import annotations

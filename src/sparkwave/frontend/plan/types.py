@@ -71,7 +71,7 @@ class SparkTypes:
             raise UntypedError(first_line(e)) from None
 
     def spark_type(self, columns: Columns, e: exp.Expr) -> DataType | None:
-        known = _obvious(columns, e)
+        known = obvious_type(columns, e)
         if known is not None:
             return known
         try:
@@ -92,7 +92,7 @@ class SparkTypes:
         return from_spark(df.selectExpr("coalesce(a, b) AS c").schema.fields[0].dataType).name
 
 
-def _obvious(columns: Columns, e: exp.Expr) -> DataType | None:
+def obvious_type(columns: Columns, e: exp.Expr) -> DataType | None:
     """A column's or a literal's type, without asking anyone (as `postgres._Types` does)."""
     if isinstance(e, exp.Column) and not e.table and (t := dict(columns).get(e.name)) is not None:
         return to_spark_type(SqlType(t))
@@ -110,7 +110,7 @@ class _Of:
         self.oracle, self.columns = oracle, columns
 
     def of(self, e: exp.Expr) -> DataType | None:
-        known = _obvious(self.columns, e)
+        known = obvious_type(self.columns, e)
         return known if known is not None else self.oracle.spark_type(self.columns, e)
 
 

@@ -45,10 +45,11 @@ class Committer:
                    for rel, splits in e.plan.get("sources", {}).items() if rel in names}
         latency = (time.time() - t0) * 1000
         self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.bad.rows, e.bad.counts)
+        committed_at = time.time()
         for name in sources:
             self.rt.warehouse.remove_file(self.rt.stored(self.rt.relation(name)).log_file_path(e.epoch))
         self._forget_consumed_dml()  # before waking flush(): what it waited for is committed and tidied
-        commit = Commit(e.epoch, e.chunks)
+        commit = Commit(e.epoch, e.chunks, t0, committed_at, rows_in)
         for listener in self.listeners:  # before waking flush(): a coupled sink has the epoch when it returns
             listener.on_commit(commit)
         return EpochReport(e.epoch, rows_in, {r: n for r, _, n, _ in logs}, latency, step_ms)

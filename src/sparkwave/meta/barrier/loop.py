@@ -29,9 +29,9 @@ from sparkwave.meta.barrier.flush import FlushTickets
 from sparkwave.meta.barrier.plan import Planner
 from sparkwave.meta.barrier.schedule import Scheduler
 from sparkwave.meta.locks import Locks
-from sparkwave.meta.pipeline import Barriers, CommitListener, JobControl
+from sparkwave.meta.pipeline import Barriers, CommitListener, FailureListener, JobControl
 from sparkwave.meta.runtime import Runtime
-from sparkwave.meta.service import Service
+from sparkwave.meta.service import Backoff, Bell, Service
 from sparkwave.stream.epoch_work import EpochWork
 from sparkwave.stream.execute import Executor
 
@@ -47,16 +47,15 @@ class BarrierLoop(Service):
     and tells `listeners` of each commit, in their order."""
 
     def __init__(self, rt: Runtime, locks: Locks, barriers: Barriers, *, jobs: JobControl | None = None,
-                 listeners: Sequence[CommitListener] = (),
+                 listeners: Sequence[CommitListener] = (), failure_listeners: Sequence[FailureListener] = (),
                  on_epoch: Callable[[EpochReport], None] | None = None) -> None:
-        super().__init__("sparkwave-barrier-loop", barriers.cond)
+        super().__init__("sparkwave-barrier-loop", Bell(barriers.cond), backoff=Backoff(0.2, 5.0))
         self.rt = rt
         self.locks = locks
         self.barriers = barriers
         self.interval_ms = barriers.interval_ms
         self.on_epoch = on_epoch
-        self.error: BaseException | None = None
-        self.error_at = 0.0
+        self.failure_listeners = tuple(failure_listeners)
         self.tickets = FlushTickets()
         self.isolation = Isolation(rt, locks, jobs)
         self.planner = Planner(rt, locks, barriers.interval_ms, jobs)
@@ -92,9 +91,8 @@ class BarrierLoop(Service):
 
     def resume(self) -> None:
         """Epochs may run again: the DROP that abandoned one is done."""
-        with self._wake:
-            self._abandon.clear()
-            self._wake.notify_all()
+        self._abandon.clear()
+        self.wake()
 
     def _in_epoch_group(self) -> None:
         sc = self.rt.spark.sparkContext
@@ -111,7 +109,7 @@ class BarrierLoop(Service):
         while True:
             # Barriers are paced start to start, so a slow epoch does not stretch the interval.
             wait = 0.0 if again else (1.0 if held else max(0.0, started + self.interval_ms / 1000 - time.time())
-                                      if self.failures == 0 else self.backoff(0.2, 5.0))
+                                      if self.failures == 0 else self.backoff())
             if not self.barriers.wait(held, wait, lambda: self.stopping):
                 return
             if not held:
@@ -125,7 +123,7 @@ class BarrierLoop(Service):
                 report = self.run_epoch()
                 held = report is None
                 again = report is not None and report.replayed
-                self.failures, self.error = 0, None
+                self.record_success()
                 self.isolation.clear()
             except EpochAbandoned:
                 log.warning("epoch abandoned for a DROP; its plan is replayed without the dropped relation")
@@ -139,11 +137,15 @@ class BarrierLoop(Service):
         """Count a failed attempt. An MV that failed `MAX_ATTEMPTS` in a row is isolated and the
         epoch retried at once without it (True); otherwise the loop backs off, and `flush()`
         reports the error once it persists."""
+        for listener in self.failure_listeners:
+            try:
+                listener.on_failure(e)
+            except Exception:  # a record of the failure must not end the loop that retries it
+                log.exception("a failure listener failed")
         if self.isolation.isolated(e):
-            self.failures, self.error = 0, None
+            self.record_success()
             return True
-        self.failures += 1
-        self.error, self.error_at = e, time.time()
+        self.record_failure(e)
         self.tickets.failed()
         return False
 
