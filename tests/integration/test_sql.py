@@ -88,7 +88,7 @@ def test_join_sides_store_only_the_columns_the_query_reads(session):
 
     def sides(mv: str) -> list[list[str]]:
         """The user's column names that each join side's state table stores (left, right)."""
-        internal = [r[0] for r in rows_of(session.sql(f"DESCRIBE {mv}")) if "input of join" in (r[4] or "")]
+        internal = [r[0] for r in rows_of(session.sql(f"DESCRIBE {mv}")) if " side's " in (r[4] or "")]
         return [sorted(re.sub(r"^c\d+_", "", c.name) for c in session.catalog.relation(t).schema.columns)
                 for t in sorted(internal, key=lambda t: t[-1])]  # ...l, ...r
 
