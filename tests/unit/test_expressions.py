@@ -5,20 +5,35 @@ analyses that once were regexes see columns, not backticks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlglot
 
+from sparkwave.frontend import postgres
 from sparkwave.frontend.plan.planner import MvPlan
 from sparkwave.frontend.plan.static_types import StaticTypes
-from sparkwave.stream.expressions import DIALECT, canonical, column_ref, parsed, references, renamed, spark_sql
+from sparkwave.frontend.plan.types import to_spark_sql
+from sparkwave.stream.expressions import (
+    DIALECT,
+    Expr,
+    canonical,
+    column_ref,
+    parsed,
+    references,
+    renamed,
+    spark_sql,
+)
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
+from sparkwave.stream.plan import from_json
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.values import Values
+from tests.function_samples import COLUMNS, SAMPLES
 from tests.planner import golden
 
 
@@ -49,9 +64,11 @@ def _corpus() -> list[str]:
                 golden.render(case, StaticTypes())
     finally:
         golden.explain = render_plan
-    return sorted({e for plan in plans for op in plan.root.walk() for e in _expressions(op)})
+    HELD.extend(e for plan in plans for op in plan.root.walk() for e in _expressions(op))
+    return sorted({str(e) for e in HELD})
 
 
+HELD: list[str] = []  # every expression object the planner put into the golden plans' operators
 CORPUS = _corpus()
 
 
@@ -93,3 +110,61 @@ def test_column_ref_is_a_bare_column() -> None:
 def test_renamed_maps_every_reference_or_none() -> None:
     assert renamed("`c1_a` + `c2_b` || '`c1_a`'", {"c1_a": "c9_x", "c2_b": "c8_y"}) == "`c9_x` + `c8_y` || '`c1_a`'"
     assert renamed("`c1_a` + `c2_b`", {"c1_a": "c9_x"}) is None
+
+
+def _sample_sql(sample: str) -> str:
+    """A documented function's call as the planner translates it (types by rule, no Spark)."""
+    e = sqlglot.parse_one(f"SELECT {sample} AS x FROM t", read=postgres.DIALECT).selects[0].this
+    return to_spark_sql(e, COLUMNS, StaticTypes())
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_documented_function_round_trips(name: str) -> None:
+    """Each function of `frontend/functions.FUNCTIONS`, also those no golden plan calls: its Spark
+    SQL reads back as the same tree (tests/integration/test_expression_round_trip.py checks in Spark
+    that the text written again means the same)."""
+    sql = _sample_sql(SAMPLES[name])
+    tree = parsed(sql)
+    text = spark_sql(tree)
+    assert sqlglot.parse_one(text, read=DIALECT) == tree, f"{name}: {sql!r} read back from {text!r}"
+    assert canonical(text) == text
+
+
+OLD_PLANS = json.loads((Path(__file__).parents[1] / "fixtures" / "plans_84a0f4f.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(OLD_PLANS["mvs"]))
+def test_plans_stored_by_84a0f4f_read_and_are_written_back_unchanged(name: str) -> None:
+    """A stored plan (Spark SQL text per expression) decodes, each expression reads as a tree, and the
+    plan is written back as it was stored: warehouses keep reading (tests/integration/test_old_plans.py
+    runs epochs on these plans)."""
+    stored = OLD_PLANS["mvs"][name]["dataflow"]
+    root = from_json(stored)
+    assert root.to_json() == stored
+    for op in root.walk():
+        for sql in _expressions(op):
+            assert spark_sql(parsed(sql)) == canonical(sql)
+
+
+def test_an_expr_is_its_text_with_its_tree() -> None:
+    """`Expr`: the text Spark evaluates and the JSON stores, the tree read from it once and shared."""
+    e = Expr.of_text("UPPER(`c1_v`)")
+    assert e == "UPPER(`c1_v`)" and json.dumps([e]) == json.dumps(["UPPER(`c1_v`)"])
+    assert type(e.sql()) is str and e.sql() == "UPPER(`c1_v`)"
+    assert e.tree is parsed("UPPER(`c1_v`)") and Expr.of_text(e) is e
+    made = Expr.of_tree(sqlglot.parse_one("TO_CHAR(`c1_x`, '9990.00')", read=DIALECT))
+    assert made == "TO_CHAR(`c1_x`, '9990.00')" and references(made) == {"c1_x"}
+    assert isinstance(renamed(made, {"c1_x": "c2_y"}), Expr)
+
+
+def test_operators_hold_exprs_from_the_planner_from_json_and_by_hand() -> None:
+    plans: list[Operator] = []
+    for mv in OLD_PLANS["mvs"].values():
+        plans.append(from_json(mv["dataflow"]))
+    by_hand = Project(1, [("c2_a", "int")], [], input=Scan(0, [("c1_a", "int")], [], relation="t",
+                                                            exprs=[("c1_a", "`a`")]),
+                      exprs=[("c2_a", "`c1_a` + 1")], predicate="`c1_a` > 0")
+    for root in [*plans, by_hand]:
+        found = [e for op in root.walk() for e in _expressions(op)]
+        assert found and all(isinstance(e, Expr) for e in found)
+    assert len(HELD) > 500 and all(isinstance(e, Expr) for e in HELD)  # the planner's, as the operators hold them

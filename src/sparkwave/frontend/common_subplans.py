@@ -15,11 +15,11 @@ twice than to share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 
 from sparkwave.stream.aggregate import Aggregate
-from sparkwave.stream.expressions import canonical, renamed
+from sparkwave.stream.expressions import canonical, exprs_of, renamed
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
@@ -37,7 +37,7 @@ def share_common_subplans(root: Operator, ids: Iterator[int]) -> None:
             share = Share(next(ids), list(first.columns), list(first.key), input=first)
             _replace(root, first, share)
         rename = Project(next(ids), list(second.columns), list(second.key), input=share,
-                         exprs=[(n, f"`{names[n]}`") for n in second.names])
+                         exprs=exprs_of((n, f"`{names[n]}`") for n in second.names))
         _replace(root, second, rename)
 
 
@@ -104,7 +104,8 @@ def _match(a: Operator, b: Operator) -> Names | None:
     return names
 
 
-def _columns(a_exprs: list[tuple[str, str]], b_exprs: list[tuple[str, str]], inner: Names | None) -> Names | None:
+def _columns(a_exprs: Sequence[tuple[str, str]], b_exprs: Sequence[tuple[str, str]],
+             inner: Names | None) -> Names | None:
     """Each of `b`'s expressions' column in `a`: one with the same expression (over the inputs'
     matching columns, `inner`; a scan's are over the upstream's own columns)."""
     by_expr: dict[str, str] = {}

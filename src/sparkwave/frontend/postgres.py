@@ -84,7 +84,13 @@ def to_spark(e: exp.Expr, columns: list[tuple[str, str]], spark: SparkSession) -
 
 def translated(e: exp.Expr, types: TypesOf) -> str:
     """`e` in Spark SQL with PostgreSQL's meaning, its operands' types from `types.of` (Spark's analyser,
-    or the planner's `TypeOracle`). Innermost first: an outer node sees its operands' translated types."""
+    or the planner's `TypeOracle`)."""
+    return translated_tree(e, types).sql(dialect="spark")
+
+
+def translated_tree(e: exp.Expr, types: TypesOf) -> exp.Expr:
+    """`translated`'s tree (Spark's functions with PostgreSQL's meaning). Innermost first: an outer
+    node sees its operands' translated types."""
     for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *_COMPARISONS,
                                          exp.In, exp.Coalesce, exp.Sum, exp.Avg, exp.Filter, *NODES, bfs=False))):
         new = _translate(node, types)
@@ -95,7 +101,7 @@ def translated(e: exp.Expr, types: TypesOf) -> str:
                 e = new
             else:
                 node.replace(new)
-    return size_guarded(e).sql(dialect="spark")
+    return size_guarded(e)
 
 
 def spark_ddl(columns: list[tuple[str, str]]) -> str:

@@ -23,7 +23,7 @@ Which evaluation runs for a size is `core/policy.py`'s decision."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
@@ -295,7 +295,7 @@ class Fused:
         rows = self.rows.selectExpr("*", f"({self.keep}) AND coalesce(({where}), false) AS `{prefix}_keep`")
         return Fused(rows, self.names, f"`{prefix}_keep`")
 
-    def computed(self, exprs: list[tuple[str, str]], prefix: str) -> Fused:
+    def computed(self, exprs: Sequence[tuple[str, str]], prefix: str) -> Fused:
         """The chain's columns after `exprs` (over its columns): a bare reference is the column it
         names; anything else is computed as `prefix<column>`, only where `keep` holds (NULL elsewhere)."""
         names: dict[str, str] = {}
@@ -316,14 +316,14 @@ def state_schema(columns: list[tuple[str, str]], key: list[str]) -> Schema:
     return Schema(tuple(Column(n, SqlType(t)) for n, t in columns), tuple(dict.fromkeys(key)))
 
 
-def select_items(exprs: list[tuple[str, str]], key: list[str], extra: tuple[str, ...], vnode: bool) -> list[str]:
+def select_items(exprs: Sequence[tuple[str, str]], key: list[str], extra: tuple[str, ...], vnode: bool) -> list[str]:
     """A projection's select items: each expression as its column, then `extra`, then (at the MV's
     root) the key's `_vnode` over the same expressions, so that one select computes all three."""
     by_name = dict(exprs)
     return [f"{e} AS `{n}`" for n, e in exprs] + list(extra) + ([vnode_sql([by_name[k] for k in key])] if vnode else [])
 
 
-def exprs_json(exprs: list[tuple[str, str]], predicate: str | None) -> dict[str, Any]:
+def exprs_json(exprs: Sequence[tuple[str, str]], predicate: str | None) -> dict[str, Any]:
     """A scan's or projection's expressions and predicate as stored (absent ones left out)."""
     d: dict[str, Any] = {}
     if predicate is not None:

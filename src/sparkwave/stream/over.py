@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
-from sparkwave.stream.expressions import references
+from sparkwave.stream.expressions import Expr, exprs_of, references
 from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
 
 SIDE = "_side"  # which of the two row sets a per-epoch evaluation computes (0 before, 1 after)
@@ -42,7 +42,10 @@ class OverWindow(Operator):
 
     input: Operator
     partition: list[str]  # the state's partition columns: every call's PARTITION BY has them
-    calls: list[tuple[str, str]]  # (output column, Spark SQL `fn(...) OVER (PARTITION BY _side, ...)`)
+    calls: list[tuple[str, Expr]]  # (output column, Spark SQL `fn(...) OVER (PARTITION BY _side, ...)`)
+
+    def __post_init__(self) -> None:
+        self.calls = exprs_of(self.calls)
 
     @property
     def inputs(self) -> list[Operator]:
@@ -55,7 +58,7 @@ class OverWindow(Operator):
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> OverWindow:
         (child,) = inputs
         return OverWindow(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
-                          partition=list(d["partition"]), calls=[(n, e) for n, e in d["calls"]])
+                          partition=list(d["partition"]), calls=exprs_of(d["calls"]))
 
     def prune(self, needed: set[str]) -> None:
         keep = needed | set(self.key)

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkwave.core.local_frames import local_frame
 from sparkwave.core.zset import W
-from sparkwave.stream.expressions import column_ref, references
+from sparkwave.stream.expressions import Expr, column_ref, expr_or_none, exprs_of, references
 from sparkwave.stream.operator import (
     VNODE,
     WEIGHT,
@@ -36,8 +36,12 @@ class Project(Operator):
     op = "project"
 
     input: Operator
-    exprs: list[tuple[str, str]]  # (column, Spark SQL over the input's columns), in output order
-    predicate: str | None = None  # over the input's columns
+    exprs: list[tuple[str, Expr]]  # (column, Spark SQL over the input's columns), in output order
+    predicate: Expr | None = None  # over the input's columns
+
+    def __post_init__(self) -> None:  # text written by hand (tests, templates) is an `Expr` too
+        self.exprs = exprs_of(self.exprs)
+        self.predicate = expr_or_none(self.predicate)
 
     @property
     def inputs(self) -> list[Operator]:
@@ -50,7 +54,7 @@ class Project(Operator):
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Project:
         (child,) = inputs
         return Project(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
-                       exprs=[(n, e) for n, e in d.get("exprs", [])], predicate=d.get("predicate"))
+                       exprs=exprs_of(d.get("exprs", [])), predicate=expr_or_none(d.get("predicate")))
 
     def prune(self, needed: set[str]) -> None:
         keep = needed | set(self.key)

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op
 from sparkwave.core.zset import W
-from sparkwave.stream.expressions import references
+from sparkwave.stream.expressions import Expr, expr_or_none, exprs_of, references
 from sparkwave.stream.operator import (
     EpochIO,
     Fused,
@@ -64,9 +64,13 @@ class Scan(Operator):
     op = "scan"
 
     relation: str
-    exprs: list[tuple[str, str]]  # (column, Spark SQL over the upstream's columns)
+    exprs: list[tuple[str, Expr]]  # (column, Spark SQL over the upstream's columns)
     window: Window | None = None
-    predicate: str | None = None  # over this scan's columns
+    predicate: Expr | None = None  # over this scan's columns
+
+    def __post_init__(self) -> None:  # text written by hand (tests, templates) is an `Expr` too
+        self.exprs = exprs_of(self.exprs)
+        self.predicate = expr_or_none(self.predicate)
 
     def upstreams(self) -> list[str]:
         return [self.relation]
@@ -81,8 +85,9 @@ class Scan(Operator):
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Scan:
         assert not inputs, "BUG: a scan has no inputs"
         return Scan(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), relation=d["relation"],
-                    exprs=[(n, e) for n, e in d.get("exprs", [])],
-                    window=Window.from_json(d["window"]) if d.get("window") else None, predicate=d.get("predicate"))
+                    exprs=exprs_of(d.get("exprs", [])),
+                    window=Window.from_json(d["window"]) if d.get("window") else None,
+                    predicate=expr_or_none(d.get("predicate")))
 
     def prune(self, needed: set[str]) -> None:
         keep = needed | set(self.key) | references(self.predicate)

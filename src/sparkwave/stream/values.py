@@ -6,12 +6,14 @@ Each row carries its ordinal (`key`), so that equal rows stay two rows of the MV
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from sparkwave.stream.expressions import Expr
 from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO
 
 
@@ -19,7 +21,10 @@ from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO
 class Values(Operator):
     op = "values"
 
-    rows: list[list[str]]  # per row, a Spark SQL constant per column, in column order
+    rows: list[list[Expr]]  # per row, a Spark SQL constant per column, in column order
+
+    def __post_init__(self) -> None:
+        self.rows = _rows(self.rows)
 
     def upstreams(self) -> list[str]:
         return []
@@ -30,7 +35,7 @@ class Values(Operator):
     @classmethod
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Values:
         assert not inputs, "BUG: VALUES has no inputs"
-        return Values(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), rows=[list(r) for r in d["rows"]])
+        return Values(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), rows=_rows(d["rows"]))
 
     def prune(self, needed: set[str]) -> None:
         keep = [i for i, n in enumerate(self.names) if n in needed or n in self.key]
@@ -46,3 +51,7 @@ class Values(Operator):
     def batch(self, io: SnapshotIO) -> DataFrame:
         rows = ", ".join("(" + ", ".join(r) + ")" for r in self.rows)
         return io.spark.sql(f"SELECT * FROM VALUES {rows} AS v({', '.join(f'`{n}`' for n in self.names)})")
+
+
+def _rows(rows: Iterable[Sequence[str]]) -> list[list[Expr]]:
+    return [[Expr.of_text(v) for v in r] for r in rows]

@@ -14,6 +14,7 @@ from sparkwave.core.errors import SqlError
 from sparkwave.frontend.plan.types import Columns, TypeOracle, UntypedError, readable, to_spark_sql
 from sparkwave.frontend.statements import Statement
 from sparkwave.stream.aggregate import Aggregate
+from sparkwave.stream.expressions import Expr, expr_or_none, exprs_of
 from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.project import Project
@@ -43,7 +44,7 @@ class PlanContext:
         return self.lookup(name)  # a creating one too: the session refuses it, naming its job
 
     # --- expressions and their types -----------------------------------------------------------
-    def spark_sql(self, e: exp.Expr, columns: Columns) -> str:
+    def spark_sql(self, e: exp.Expr, columns: Columns) -> Expr:
         """`e`, over the internal `columns` (name, type), in Spark SQL with PostgreSQL's meaning."""
         return to_spark_sql(e, columns, self.oracle)
 
@@ -58,8 +59,8 @@ class PlanContext:
         seen: set[str] = set()
         uniq = [(n, e) for n, e in exprs if not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]
         types = self.types(child, uniq, predicate)
-        return Project(self.next_id(), [(n, types[n]) for n, _ in uniq], list(key), input=child, exprs=uniq,
-                       predicate=predicate)
+        return Project(self.next_id(), [(n, types[n]) for n, _ in uniq], list(key), input=child,
+                       exprs=exprs_of(uniq), predicate=expr_or_none(predicate))
 
     def passthrough(self, node: Operator, *extra: tuple[str, str], predicate: str | None = None) -> Project:
         """`node`'s columns as they are, plus `extra` (name, Spark SQL), over rows passing `predicate`."""

@@ -15,6 +15,7 @@ from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.scope import Item, Scope
 from sparkwave.frontend.plan.sources import values_item
 from sparkwave.frontend.subqueries import HIDDEN_PREFIX, conjuncts
+from sparkwave.stream.expressions import Expr
 from sparkwave.stream.join import Join, JoinType
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.scan import Scan
@@ -322,7 +323,7 @@ def filter_rows(ctx: PlanContext, node: Operator, conds: list[exp.Expr], items: 
 
 def restrict(scan: Scan, predicate: str) -> None:
     """A predicate pushed into a scan, ANDed with the one it has."""
-    scan.predicate = predicate if scan.predicate is None else f"({scan.predicate}) AND ({predicate})"
+    scan.predicate = Expr.of_text(predicate if scan.predicate is None else f"({scan.predicate}) AND ({predicate})")
 
 
 def _zero(type_name: str) -> str:

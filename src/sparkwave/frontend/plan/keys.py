@@ -11,6 +11,7 @@ import re
 from sparkwave.core.schema import RESERVED_COLUMNS, Column, SqlType
 from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.statements import CreateMaterializedView
+from sparkwave.stream.expressions import column_ref
 from sparkwave.stream.project import Project
 
 Outputs = list[tuple[str, str]]  # (MV column, internal column of the root)
@@ -40,8 +41,8 @@ def mv_key(root: Project, visible: Outputs) -> tuple[list[str], Outputs]:
     exprs = dict(root.exprs)
     direct: dict[str, str] = {}  # key column -> an output that is that column as it is
     for n, i in visible:
-        if exprs.get(i, "").strip("`") in root.key and exprs[i].count("`") == 2:
-            direct.setdefault(exprs[i].strip("`"), n)
+        if i in exprs and (ref := column_ref(exprs[i])) in root.key:
+            direct.setdefault(ref, n)
     key: list[str] = []
     hidden: Outputs = []
     taken = {n for n, _ in visible}

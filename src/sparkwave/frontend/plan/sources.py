@@ -14,6 +14,7 @@ from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.scope import Item
 from sparkwave.frontend.plan.types import UntypedError, readable
 from sparkwave.frontend.postgres import GROWING
+from sparkwave.stream.expressions import Expr, exprs_of
 from sparkwave.stream.scan import Scan, Window
 from sparkwave.stream.values import Values
 
@@ -57,7 +58,7 @@ def scan(ctx: PlanContext, rel: Relation, alias: str, window: Window | None) -> 
             columns.append((internal[w], tcol.type.name))
         if window.kind == "hop":
             key.append(internal["window_start"])
-    node = Scan(ctx.next_id(), columns, key, relation=rel.name, exprs=exprs, window=window)
+    node = Scan(ctx.next_id(), columns, key, relation=rel.name, exprs=exprs_of(exprs), window=window)
     return Item(alias, node, cols, order)
 
 
@@ -134,7 +135,7 @@ def values_item(ctx: PlanContext, t: exp.Values | None) -> Item:
     except UntypedError as e:
         raise ctx.err(f"cannot evaluate VALUES: {readable(str(e))}", "VALUES") from None
     columns = [(n, ty.name) for n, ty in zip([*internal, ordinal], types, strict=True)]
-    typed = [[f"CAST({v} AS {ty.spark})" for v, ty in zip(r, types, strict=True)] for r in rows]
+    typed = [[Expr.of_text(f"CAST({v} AS {ty.spark})") for v, ty in zip(r, types, strict=True)] for r in rows]
     node = Values(ctx.next_id(), columns, [ordinal], rows=typed)
     name = alias.name.lower() if alias is not None and alias.name else f"_values{node.id}"
     return Item(name, node, dict(zip(names, internal, strict=True)), names)

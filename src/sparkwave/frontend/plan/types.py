@@ -20,7 +20,8 @@ from sqlglot import exp
 
 from sparkwave.core.schema import SqlType, from_spark, to_spark_type
 from sparkwave.core.spark import empty_frame
-from sparkwave.frontend.postgres import spark_ddl, translated
+from sparkwave.frontend.postgres import spark_ddl, translated_tree
+from sparkwave.stream.expressions import Expr
 
 Columns = list[tuple[str, str]]  # (internal name, sparkwave type name)
 
@@ -114,9 +115,9 @@ class _Of:
         return known if known is not None else self.oracle.spark_type(self.columns, e)
 
 
-def to_spark_sql(e: exp.Expr, columns: Columns, oracle: TypeOracle) -> str:
-    """`postgres.to_spark` with the types from `oracle`."""
-    return translated(e, _Of(oracle, columns))
+def to_spark_sql(e: exp.Expr, columns: Columns, oracle: TypeOracle) -> Expr:
+    """`postgres.to_spark` with the types from `oracle`: the translated tree, as an operator holds it."""
+    return Expr.of_tree(translated_tree(e, _Of(oracle, columns)))
 
 
 def first_line(e: BaseException) -> str:

@@ -10,6 +10,7 @@ from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.scope import Item, Scope
 from sparkwave.frontend.rewrite import output_name
 from sparkwave.frontend.subqueries import HIDDEN_PREFIX, JOINED_PREFIX
+from sparkwave.stream.expressions import exprs_of
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import SIDE, OverWindow
 
@@ -56,7 +57,7 @@ def over(ctx: PlanContext, q: exp.Select, node: Operator, items: list[Item], pre
         partition = [const]
     types = ctx.types(node, calls, None, extra=[(SIDE, "int")])
     out = OverWindow(ctx.next_id(), node.columns + [(n, types[n]) for n, _ in calls], list(node.key),
-                     input=node, partition=partition, calls=calls)
+                     input=node, partition=partition, calls=exprs_of(calls))
     hidden.node = out
     items.append(hidden)
     return q, out

@@ -1,0 +1,47 @@
+"""One call of each documented function (`frontend/functions.FUNCTIONS`), over the columns of
+`COLUMNS` (a row of them: `ROWS`): what tests/integration/test_functions.py runs in Spark and the
+expression round-trip tests read back (tests/unit/test_expressions.py,
+tests/integration/test_expression_round_trip.py)."""
+
+COLUMNS = [("i", "int"), ("s", "varchar"), ("f", "double"), ("ts", "timestamp")]
+ROWS = "VALUES (1, 'abc', CAST(2.5 AS double), TIMESTAMP_NTZ '2024-01-02 03:04:05') AS t(i, s, f, ts)"
+SAMPLES = {
+    "upper": "upper(s)", "lower": "lower(s)", "initcap": "initcap(s)", "length": "length(s)",
+    "char_length": "char_length(s)", "character_length": "character_length(s)",
+    "octet_length": "octet_length(s)", "bit_length": "bit_length(s)", "substr": "substr(s, 2, 1)",
+    "substring": "substring(s FROM 2 FOR 1)", "left": "left(s, 1)", "right": "right(s, 1)",
+    "trim": "trim(BOTH 'x' FROM s)", "btrim": "btrim(s)", "ltrim": "ltrim(s)", "rtrim": "rtrim(s)",
+    "lpad": "lpad(s, 5, '*')", "rpad": "rpad(s, 5)", "replace": "replace(s, 'a', 'b')",
+    "repeat": "repeat(s, 2)", "reverse": "reverse(s)", "translate": "translate(s, 'a', 'b')",
+    "concat": "concat(s, i)", "concat_ws": "concat_ws(',', s, s)", "position": "position('b' IN s)",
+    "strpos": "strpos(s, 'b')", "split_part": "split_part(s, 'b', 1)", "ascii": "ascii(s)",
+    "chr": "chr(65)", "char": "char(65)", "starts_with": "starts_with(s, 'a')", "md5": "md5(s)",
+    "regexp_replace": "regexp_replace(s, 'a', 'b', 'g')", "regexp_like": "regexp_like(s, 'a')",
+    "to_char": "to_char(ts, 'YYYY-MM-DD HH24:MI')", "encode": "encode(s::bytea, 'hex')",
+    "decode": "decode('00ff', 'hex')", "abs": "abs(i)", "round": "round(f, 1)", "ceil": "ceil(f)",
+    "ceiling": "ceiling(f)", "floor": "floor(f)", "sign": "sign(f)", "sqrt": "sqrt(f)", "cbrt": "cbrt(f)",
+    "exp": "exp(f)", "ln": "ln(f)", "log": "log(f)", "log10": "log10(f)", "power": "power(f, 2)",
+    "mod": "mod(i, 2)", "pi": "pi()", "degrees": "degrees(f)", "radians": "radians(f)", "sin": "sin(f)",
+    "cos": "cos(f)", "tan": "tan(f)", "asin": "asin(0.5)", "acos": "acos(0.5)", "atan": "atan(f)",
+    "atan2": "atan2(f, 2)", "random": "random()", "gen_random_uuid": "gen_random_uuid()",
+    "extract": "extract(year FROM ts)", "date_part": "date_part('hour', ts)",
+    "date_trunc": "date_trunc('day', ts)", "timezone": "timezone('UTC', ts)",
+    "make_date": "make_date(2024, 1, 2)", "make_timestamp": "make_timestamp(2024, 1, 2, 3, 4, 5)",
+    "to_timestamp": "to_timestamp(86400)", "now": "now()", "current_timestamp": "current_timestamp",
+    "current_date": "current_date",
+    "case": "CASE WHEN i > 0 THEN 'p' ELSE 'n' END", "coalesce": "coalesce(s, 'x')",
+    "nullif": "nullif(i, 1)", "greatest": "greatest(i, 2)", "least": "least(i, 2)", "count": "count(*)",
+    "sum": "sum(i)", "avg": "avg(i)", "min": "min(i)", "max": "max(i)", "bool_and": "bool_and(i > 0)",
+    "bool_or": "bool_or(i > 0)", "every": "every(i > 0)", "string_agg": "string_agg(s, ',' ORDER BY s)",
+    "stddev": "stddev(f)", "stddev_samp": "stddev_samp(f)", "stddev_pop": "stddev_pop(f)",
+    "variance": "variance(f)", "var_samp": "var_samp(f)", "var_pop": "var_pop(f)",
+    "row_number": "row_number() OVER (ORDER BY i)", "rank": "rank() OVER (ORDER BY i)",
+    "dense_rank": "dense_rank() OVER (ORDER BY i)", "percent_rank": "percent_rank() OVER (ORDER BY i)",
+    "cume_dist": "cume_dist() OVER (ORDER BY i)", "ntile": "ntile(2) OVER (ORDER BY i)",
+    "lag": "lag(i) OVER (ORDER BY i)", "lead": "lead(i, 1) OVER (ORDER BY i)",
+    "first_value": "first_value(i) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    "last_value": "last_value(i) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    "nth_value": "nth_value(i, 1) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    "cast": "CAST(i AS varchar)", "and": "i > 0 AND i < 2", "or": "i > 0 OR i < 2",
+    "exists": "EXISTS (SELECT 1)", "raise_error": "raise_error('x')",
+}
