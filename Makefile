@@ -31,7 +31,7 @@ test: java chromium $(VENV)/.installed
 
 # The Spark-free tests (tests/unit: no Java, under a minute), to run after every edit.
 unit: $(VENV)/.installed
-	$(BIN)/python -m pytest -n 0 tests/unit
+	$(BIN)/python -m pytest tests/unit
 
 chaos: java $(VENV)/.installed
 	$(BIN)/python -m pytest -m "" tests/crash/test_crash.py tests/crash/test_backfill_crash.py tests/crash/test_dataflow_crash.py \
