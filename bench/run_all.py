@@ -6,12 +6,15 @@ from bench import (
     bench_backfill,
     bench_barrier,
     bench_big_epoch,
+    bench_create_small,
     bench_dataflow,
+    bench_delta_commit,
     bench_demo_latency,
     bench_dml,
     bench_integrity,
     bench_kafka,
     bench_long_run,
+    bench_many_mvs,
     bench_peers,
     bench_server,
     bench_sinks,
@@ -23,5 +26,5 @@ from bench import (
 if __name__ == "__main__":
     for b in (bench_barrier, bench_demo_latency, bench_dml, bench_throughput, bench_storage, bench_backfill,
               bench_dataflow, bench_stateful_backfill, bench_long_run, bench_kafka, bench_sinks, bench_peers,
-              bench_big_epoch, bench_integrity, bench_server):
+              bench_big_epoch, bench_integrity, bench_server, bench_many_mvs, bench_delta_commit, bench_create_small):
         b.main()

@@ -27,12 +27,14 @@ import pytest
 
 import sparkwave
 from tests import chaos_child
+from tests.delta_log_util import assert_delta_follows_catalog
 from tests.oracle import Model, connect, duckdb_sql, multiset, rows_of
 
 ROOT = Path(__file__).resolve().parents[2]
 CRASH_POINTS = ["after_plan", "mid_execute", "mid_commit", "before_catalog_commit", "mid_compaction",
                 "mid_compaction_after_delta", "backfill_mid_chunk", "backfill_after_chunk_rows",
-                "backfill_after_merge_chunk", "backfill_between_phases", "backfill_mid_log_store", "backfill_mid_merge"]
+                "backfill_after_merge_chunk", "backfill_between_phases", "backfill_mid_log_store", "backfill_mid_merge",
+                "after_catalog_commit", "mid_delta_sync", "retention_after_catalog", "retention_after_delta"]
 KILL_WITHIN_S = 30.0  # a timed kill lands this long at most after the child is ready
 MAX_CHECKED_EPOCHS = 30  # per check: a seeded sample beyond this (a short run's final check takes all)
 
@@ -190,6 +192,8 @@ def finish(spark, wh: Path, h: History, rnd: random.Random, *, every: bool) -> N
         assert set(s.warehouse.tables_entries()) <= names
         assert not (wh / "lost+found").exists(), "recovery found files the catalog did not record as sparkwave's"
         check(s, h, rnd, every=every)
+        s.loop.committer.delta.drain()
+        assert_delta_follows_catalog(s.catalog, s.warehouse)
 
 
 def run_chaos(spark, tmp_path: Path, seed: int, *, rounds: int | None, minutes: float | None) -> Counter:

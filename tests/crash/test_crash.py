@@ -23,8 +23,8 @@ POINTS = [
     pytest.param("after_plan:4", marks=pytest.mark.chaos),
     # during execution (make chaos)
     pytest.param("mid_execute:4", marks=pytest.mark.chaos),
-    "mid_commit:5",             # after some but not all of an epoch's Delta commits
-    # after all Delta commits, before the catalog commit (make chaos; `make test` kills a Kafka
+    "mid_commit:5",             # some but not all of an epoch's log files gathered for its catalog commit
+    # executed, before the catalog commit (make chaos; `make test` kills a Kafka
     # table's epoch at this point in test_kafka.py)
     pytest.param("before_catalog_commit:4", marks=pytest.mark.chaos),
     # compaction: base files written, Delta commit not yet made (make chaos)

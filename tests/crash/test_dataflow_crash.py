@@ -14,8 +14,8 @@ from tests.crash.test_crash import run_child
 from tests.oracle import Model, multiset, rows_of
 
 POINTS = [
-    "mid_commit:6",                 # steady state: some of an epoch's MV and state-table commits made
-    # steady state: every Delta commit made, the catalog's not (make chaos)
+    "mid_commit:6",                 # steady state: some of an epoch's MV and state-table files gathered for its commit
+    # steady state: the epoch executed, its catalog commit not made (make chaos)
     pytest.param("before_catalog_commit:4", marks=pytest.mark.chaos),
     "backfill_after_chunk_rows:3",  # mid-table: a chunk's state and partial files written, progress not committed
     # the merge chunk's files written, progress not committed (make chaos)

@@ -18,23 +18,24 @@ def pipeline(session):
 
 
 def failing_commits(monkeypatch, relation: str, times: int) -> dict:
-    """Make committing `relation`'s log fail `times` times (an injected IO failure, e.g. a full disk)."""
+    """Make committing `relation`'s log file fail `times` times (an injected IO failure reading the
+    staged file for the catalog's commit, e.g. a disk gone)."""
     state = {"left": times, "failed": 0}
-    original = StoredTable.commit_log
+    original = StoredTable.staged
 
-    def commit_log(self, epoch):
+    def staged(self, epoch, rows=None):
         if self.name == relation and state["left"] != 0:
             state["left"] -= 1
             state["failed"] += 1
             raise OSError(f"injected failure committing {relation}")
-        return original(self, epoch)
+        return original(self, epoch, rows)
 
-    monkeypatch.setattr(StoredTable, "commit_log", commit_log)
+    monkeypatch.setattr(StoredTable, "staged", staged)
     return state
 
 
 def test_a_failed_epoch_is_replayed_with_its_plan(pipeline, monkeypatch):
-    state = failing_commits(monkeypatch, "m", 1)  # t's commit succeeds, m's fails: a half-committed epoch
+    state = failing_commits(monkeypatch, "m", 1)  # t's file is gathered, m's fails: the catalog commits nothing
     pipeline.sql("INSERT INTO t VALUES (1, 10), (2, 20)")
     pipeline.flush()
     assert state["failed"] == 1

@@ -102,6 +102,7 @@ def test_stateful_backfills_run_in_chunks_and_equal_duckdb_at_every_epoch(sessio
         s.sql(f"CREATE MATERIALIZED VIEW {name}_one AS {MVS[name][0]}")
     with monkeypatch.context() as m:
         m.setattr(policy, "LOCAL_SNAPSHOT_BYTES", 0)
+        m.setattr(policy, "BUILD_SNAPSHOT_BYTES", 0)
         for name in SCAN_TWINS:
             s.sql(f"CREATE MATERIALIZED VIEW {name}_scan AS {MVS[name][0]}")
     for _ in range(3):  # the pipeline goes on while the jobs backfill

@@ -221,7 +221,7 @@ def test_an_epoch_takes_its_whole_budget_over_partitions_of_any_backlog():
 
 @pytest.mark.parametrize("crash_at", [
     pytest.param("mid_execute:3", marks=pytest.mark.chaos), pytest.param("mid_commit:3", marks=pytest.mark.chaos),
-    "before_catalog_commit:3",  # the log is in Delta, the epoch not committed: its bad records are read again
+    "before_catalog_commit:3",  # executed, not committed: replayed from its plan, its bad records set aside again
 ])
 def test_a_sigkill_mid_epoch_replays_the_same_offsets(spark, kafka, tmp_path, crash_at):
     """Killed during an epoch that read from Kafka, the restarted pipeline reads the same ranges:

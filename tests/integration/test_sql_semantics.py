@@ -14,7 +14,19 @@ from pyspark.sql import types as T
 
 import sparkwave
 from sparkwave.core.errors import SqlError
+from sparkwave.stream import arrow_chain
 from tests.oracle import Model, multiset, rows_of, to_sql
+
+
+@pytest.fixture(autouse=True, params=["arrow", "spark"])
+def small_epochs(request):
+    """Every case runs twice: small epochs' chains evaluated in Arrow where they compile
+    (`stream/arrow_chain.py`), and all of them by Spark (the Arrow path forced off). Both must
+    equal DuckDB's rows at every epoch, so the two paths give the same MV rows."""
+    before = arrow_chain.ENABLED
+    arrow_chain.ENABLED = request.param == "arrow"
+    yield
+    arrow_chain.ENABLED = before
 
 
 def setup(s: sparkwave.Session, model: Model, tables: list[tuple[str, str, list[str]]]) -> None:

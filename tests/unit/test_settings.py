@@ -24,6 +24,9 @@ def test_defaults_and_stored_values_read_typed(tmp_path):
         (0.5, 3, Strategy.REARRANGED, True, 0, 40)
     settings.store("backfill_rate_limit", "default")
     assert settings.backfill_rate_limit is None
+    assert settings.delta_lag_epochs == 10
+    settings.store("delta_lag_epochs", "1")
+    assert settings.delta_lag_epochs == 1
 
 
 @pytest.mark.parametrize(("key", "text", "words"), [
@@ -32,6 +35,7 @@ def test_defaults_and_stored_values_read_typed(tmp_path):
     ("compaction_epochs", "1e400", ["integer from 0 to 1000000"]),
     ("compaction_epochs", "2.5", ["integer from 0 to 1000000"]),
     ("backfill_chunk_rows", "0", ["integer from 1 to 1000000000"]),
+    ("delta_lag_epochs", "0", ["integer from 1 to 1000"]),
     ("background_ddl", "maybe", ["true or false"]),
     ("backfill_rate_limit", "-3", ["DEFAULT"]),
     ("backfill_strategy", "magic", ["unknown backfill strategy", "snapshot"]),

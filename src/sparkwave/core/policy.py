@@ -22,6 +22,11 @@ KAFKA_DRIVER_ROWS = LOCAL_ROWS
 # snapshot is read by Spark: the driver holds what it reads, a few times over while overlaying it.
 LOCAL_SNAPSHOT_BYTES = 1 << 20
 LOCAL_SNAPSHOT_MEMORY = 32 << 20
+# A driver build (`Dataflow.build_local`, at most `big_epoch_rows` rows) holds its snapshots' rows
+# anyway: it reads them with pyarrow up to these bounds (a log of many updates over few keys is many
+# bytes for its rows), rather than through a Spark job queued behind the pipeline's.
+BUILD_SNAPSHOT_BYTES = 64 << 20
+BUILD_SNAPSHOT_MEMORY = 512 << 20
 # At most this many base and log rows to overlay: a snapshot is read again rather than cached.
 REREAD_ROWS = 1_000_000
 # Until its sorted copy exists, a lookup in a linked base reads all of it, for the few epochs until
@@ -33,6 +38,12 @@ LINK_MAX_ROWS = 2_000_000
 TOP_ROWS = 100_000
 # `big_epoch_rows`'s default: a step whose change has more rows runs on the executors.
 BIG_EPOCH_ROWS = 1_000_000
+# A stateless tree's backfill of at most this many rows is built on the driver (its Spark build is one
+# job, whose fixed costs are most of a small CREATE; past this, its parallel scan and write win).
+STATELESS_DRIVER_ROWS = 100_000
+# A creating job whose unconsumed log is at most this many committed epochs consumes it and merges in
+# band, holding the main graph meanwhile, as the lag rule's last hold would (0: never).
+CATCH_UP_EPOCHS = 2
 
 
 def runs_locally(rows: int) -> bool:
@@ -50,6 +61,11 @@ def snapshot_in_arrow(file_bytes: int) -> bool:
     """Whether a snapshot whose files hold `file_bytes` bytes may be read and overlaid on the driver
     (`storage/snapshot.py: local_snapshot`; it also gives up past `LOCAL_SNAPSHOT_MEMORY` decoded)."""
     return file_bytes <= LOCAL_SNAPSHOT_BYTES
+
+
+def build_snapshot_in_arrow(file_bytes: int) -> bool:
+    """Whether a driver build reads a snapshot whose files hold `file_bytes` bytes with pyarrow."""
+    return file_bytes <= BUILD_SNAPSHOT_BYTES
 
 
 def plain_scan_wins(base_rows: int, overlay: bool) -> bool:
@@ -80,6 +96,20 @@ def builds_on_driver(rows: int, big_epoch_rows: int) -> bool:
     """Whether a stateful backfill over snapshots of `rows` rows in all is built on the driver, as
     one epoch of inserts (`Dataflow.build_local`): no bigger than a step the driver runs."""
     return not is_big_epoch(rows, big_epoch_rows)
+
+
+def builds_stateless_on_driver(rows: int, big_epoch_rows: int) -> bool:
+    """Whether a stateless tree's backfill over a snapshot of `rows` rows is built on the driver
+    (`Dataflow.build_local`, its chains in Arrow) rather than by one Spark job."""
+    return rows <= min(STATELESS_DRIVER_ROWS, big_epoch_rows)
+
+
+def catches_up_in_band(epochs: int, rows: int, big_epoch_rows: int) -> bool:
+    """Whether a creating job with `epochs` committed epochs of `rows` upstream log rows left to
+    consume takes the epoch lock, consumes them and merges at once (`CreatingJob.catch_up_and_merge`),
+    rather than consume them while the main graph plans more, for which it would wait an epoch each
+    time: few epochs, each no bigger than a step the driver runs."""
+    return 0 < CATCH_UP_EPOCHS and epochs <= CATCH_UP_EPOCHS and not is_big_epoch(rows, big_epoch_rows)
 
 
 def top_limit(big_epoch_rows: int) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -161,6 +162,8 @@ class Ddl:
         sparkwave's before it is made (recovery may delete it), and removed again if the CREATE
         fails before the catalog has the relation: a CREATE of the same name would find its Delta
         tables otherwise."""
+        if self.catalog.relation(names[0]) is not None:  # before anything is made: the folder is its owner's
+            raise CatalogError(f"relation {names[0]!r} already exists", sqlstate="42P07")
         self.catalog.folder_pending(names[0])
         try:
             yield
@@ -200,47 +203,73 @@ class Ddl:
                       "states": list(schemas), "backfill_strategy": strategy}
         if sink is not None:
             definition["sink"] = sink
-        limit = settings.backfill_rate_limit
-        with self.locks.epoch:  # blocking: the whole build; snapshot: only to read one committed epoch S
-            self._check_upstreams(stmt, name, plan.upstreams)  # again: the barrier loop may have stopped one
-            epoch = self.catalog.committed_epoch()
-            state = "created" if strategy == "blocking" else "creating"
+        state = "created" if strategy == "blocking" else "creating"
+
+        def relations(epoch: int) -> list[Relation]:  # the MV, then its state tables
             rel = Relation(name, "mv", plan.schema, definition, epoch, state=state)
-            tables = [rel] + [Relation(state_name(name, sfx), "state", sch, {"owner": name, "upstreams": []},
-                                       epoch, state=state) for sfx, sch in schemas.items()]
-            with self._new_folder([t.name for t in tables]):
-                for t in tables:
-                    self.rt.stored(t).create()
-                sources = {u: self._source_snapshot(u) for u in plan.upstreams if self.rt.relation(u).kind == "source"}
-                if sources:
-                    with self.catalog.transaction() as db:
-                        for u, ranges in sources.items():
-                            self.catalog.record_source_snapshot(db, u, epoch, ranges)
-                if strategy == "blocking":
-                    flow = Dataflow(self.rt, rel)
-                    try:
-                        built = flow.build(epoch, big_epoch_rows=settings.big_epoch_rows)
-                        bases = [write_base(self.rt, t, resolved(built[t.name]), epoch, crash_name="mid_backfill",
-                                            record=False) for t in tables]
-                    finally:
-                        flow.release()
-                with self.catalog.transaction() as db:
-                    if strategy == "blocking":
-                        self.catalog.add_relation(db, rel, "blocking", plan.upstreams[0] if plan.upstreams else None)
-                    else:
-                        job_id = self.creating.register(db, rel, plan.upstreams, Strategy(strategy))
-                        if limit is not None:
-                            self.catalog.update_job(db, job_id, rate_limit=limit)
-                    for t in tables[1:]:
-                        self.catalog.add_relation(db, t)
-                    if strategy == "blocking":
-                        for t, b in zip(tables, bases, strict=True):
-                            self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
-        if strategy == "blocking":
+            return [rel] + [Relation(state_name(name, sfx), "state", sch, {"owner": name, "upstreams": []},
+                                     epoch, state=state) for sfx, sch in schemas.items()]
+
+        # Between two epochs, as a DROP is: a DROP of the same name (which removes the folder after its
+        # catalog transaction) or of an upstream cannot interleave with the folder's making and the
+        # registration.
+        with self.locks.epoch, self._new_folder([t.name for t in relations(0)]):
+            for t in relations(0):
+                self.rt.stored(t).create()
+            job_id = self._register_mv(stmt, plan.upstreams, strategy, settings, relations)
+        if job_id is None:
             return
         self.creating.start(job_id)
         if not settings.background_ddl:
             self._wait_foreground(job_id)
+
+    def _register_mv(self, stmt: CreateMaterializedView, upstreams: list[str], strategy: str, settings: Settings,
+                     relations: Callable[[int], list[Relation]]) -> int | None:
+        """S, the committed epoch, then the MV and its state tables in the catalog: with its creating
+        job (returned), or built whole (blocking: None; between two epochs, under `locks.epoch`).
+
+        Called under `locks.epoch` (`create_mv`). A creating job's registration is one catalog
+        transaction: S, the sources' offsets at S, the upstreams' state and the pins at S agree. A DROP
+        also checks for dependents in the transaction that removes the relation, and a creating job
+        whose upstream the main graph stopped meanwhile does not merge (`CreatingJob._merge`)."""
+        if strategy != "blocking":
+            with self.catalog.transaction() as db:
+                self._check_upstreams(stmt, relations(0)[0].name, upstreams)  # again, as of S
+                epoch = self.catalog.committed_epoch()
+                self._record_source_snapshots(db, upstreams, epoch)
+                tables = relations(epoch)
+                job_id = self.creating.register(db, tables[0], upstreams, Strategy(strategy))
+                if settings.backfill_rate_limit is not None:
+                    self.catalog.update_job(db, job_id, rate_limit=settings.backfill_rate_limit)
+                for t in tables[1:]:
+                    self.catalog.add_relation(db, t)
+            return job_id
+        with self.locks.epoch:
+            self._check_upstreams(stmt, relations(0)[0].name, upstreams)  # again: the loop may have stopped one
+            epoch = self.catalog.committed_epoch()
+            tables = relations(epoch)
+            with self.catalog.transaction() as db:
+                self._record_source_snapshots(db, upstreams, epoch)
+            flow = Dataflow(self.rt, tables[0])
+            try:
+                built = flow.build(epoch, big_epoch_rows=settings.big_epoch_rows)
+                bases = [write_base(self.rt, t, resolved(built[t.name]), epoch, crash_name="mid_backfill",
+                                    record=False) for t in tables]
+            finally:
+                flow.release()
+            with self.catalog.transaction() as db:
+                self.catalog.add_relation(db, tables[0], "blocking", upstreams[0] if upstreams else None)
+                for t, b in zip(tables, bases, strict=True):
+                    if t is not tables[0]:
+                        self.catalog.add_relation(db, t)
+                    self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
+        return None
+
+    def _record_source_snapshots(self, db: sqlite3.Connection, upstreams: list[str], epoch: int) -> None:
+        """Each source upstream's history at S (`_source_snapshot`), for the job to read from Kafka."""
+        for u in upstreams:
+            if self.rt.relation(u).kind == "source":
+                self.catalog.record_source_snapshot(db, u, epoch, self._source_snapshot(u))
 
     def _source_snapshot(self, name: str) -> dict[str, list[int]]:
         """A source's history at the committed epoch: each partition from its startup offset to the
@@ -342,14 +371,14 @@ class Ddl:
     def drop_relation(self, name: str) -> None:
         """Drop a table or MV that no MV or sink depends on."""
         with self.locks.ddl, self._between_epochs():
-            dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
-            if dependents:
-                raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend on it; "
-                                   "drop them first")
-            sinks = [s.name for s in self.catalog.sinks() if s.mv == name]
-            if sinks:
-                raise CatalogError(f"cannot drop {name!r}: sink(s) {', '.join(sinks)} deliver it; DROP SINK first")
-            with self.catalog.transaction() as db:
+            with self.catalog.transaction() as db:  # the check too: a CREATE registers without `locks.epoch`
+                dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
+                if dependents:
+                    raise CatalogError(f"cannot drop {name!r}: materialized view(s) {', '.join(dependents)} depend "
+                                       "on it; drop them first")
+                sinks = [s.name for s in self.catalog.sinks() if s.mv == name]
+                if sinks:
+                    raise CatalogError(f"cannot drop {name!r}: sink(s) {', '.join(sinks)} deliver it; DROP SINK first")
                 self.catalog.remove_relation(db, name)
             self.rt.forget(name)
             self.warehouse.remove_tree(self.warehouse.relation_dir(name))

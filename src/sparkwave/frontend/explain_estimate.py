@@ -135,6 +135,9 @@ def _time(rows: int, rate: Rate | None, limit: int | None) -> str:
 
 
 def _where(plan: MvPlan, rows: int, big_epoch_rows: int) -> str:
+    if plan.root.stateless and policy.builds_stateless_on_driver(rows, big_epoch_rows):
+        return (f"on the driver (Arrow), as one epoch of inserts: {rows:,} rows, not more than "
+                f"{min(policy.STATELESS_DRIVER_ROWS, big_epoch_rows):,}")
     if plan.root.stateless:
         return "on the executors (Spark), over the upstream's snapshot in chunks of vnodes"
     only_spark = any(isinstance(o, Values) or (isinstance(o, Aggregate) and o.scalar) for o in plan.root.walk())

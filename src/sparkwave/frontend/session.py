@@ -161,8 +161,9 @@ class Session:
                                        "whose query is refused by this version of sparkwave")
 
     def close(self) -> None:
-        """Stop maintenance, the creating jobs and the barrier loop, close the catalog, stop the
-        Spark this session started, and release the warehouse, even if one of them fails."""
+        """Stop maintenance, the creating jobs and the barrier loop (whose Delta follower brings every
+        relation's Delta log up to the catalog), close the catalog, stop the Spark this session started,
+        and release the warehouse, even if one of them fails."""
         if self._closed:
             return
         self._closed = True

@@ -28,7 +28,9 @@ progress in one catalog transaction; the main graph never waits for it, except b
 
 The strategies (`Strategy`) differ in how the job is paced, not in its phases:
 - **snapshot**: checkpoints back to back at full speed (or its rate limit); the lag rule holds the
-  main graph back just enough to guarantee the merge.
+  main graph back just enough to guarantee the merge. Once an unthrottled job's unconsumed log is a
+  few small epochs (`policy.catches_up_in_band`: a small snapshot's, right after it), it consumes
+  them and merges in band (`catch_up_and_merge`), so a small CREATE joins in about a barrier interval.
 - **rearranged** (RisingWave's rearranged chain): one budgeted step per main-graph epoch, at most
   `backfill_chunk_rows` rows (a snapshot chunk, or log rows), taken after each epoch commits; it
   never holds the main graph back while it reads. Once the log left to consume fits in one
@@ -57,14 +59,17 @@ from sparkwave.core import policy
 from sparkwave.core.catalog import Chunk, JobRow, Phase, Relation
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.crash import crash_point
+from sparkwave.core.errors import PipelineError
 from sparkwave.meta.lag_rule import LagRule
 from sparkwave.meta.locks import Locks
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.compaction import write_base_files
+from sparkwave.storage.integrity import footer_rows, read_table
 from sparkwave.storage.links import Linked, link_base_files
 from sparkwave.storage.state import state_name, state_relations
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan, chunk_plan
 from sparkwave.stream.dataflow import Built, Dataflow, resolved
+from sparkwave.stream.operator import HeldRows, held_log
 
 MAX_LOG_EPOCHS = 500  # upstream epochs per log-store checkpoint of a stateless tree
 MAX_WRITERS = 4  # a chunk's tables written at once
@@ -198,8 +203,9 @@ class CreatingJob:
             plan = None  # fits in one chunk: the single pass, with no merge
         if plan is None and not flow.root.stateless:
             hi, rows = VNODES, sum(sum(c[lo:]) for c in per_upstream.values())
-        if plan is None and flow.builds_locally and policy.builds_on_driver(rows, big):
-            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s))  # no bigger than an epoch
+        if plan is None and flow.builds_locally and self._on_driver(flow, lo, hi, rows, big):
+            return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_local(s),  # no bigger than an epoch
+                               skip=flow.root.stateless and not rows)
         if plan is None:
             vnodes = (lo, hi) if flow.root.stateless else None
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(s, vnodes, big_epoch_rows=big),
@@ -209,6 +215,14 @@ class CreatingJob:
             rows += sum(sum(c) for u, c in per_upstream.items() if u != driving)
         sides = {} if lo == 0 else {x: chunks[0].files[state_name(rel.name, x)] for x in chunked.handed}
         return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build_chunk(s, chunked, (lo, hi), sides))
+
+    @staticmethod
+    def _on_driver(flow: Dataflow, lo: int, hi: int, rows: int, big: int) -> bool:
+        """Whether the chunk `[lo, hi)` of `rows` rows is built on the driver (`build_local`): a
+        stateful tree's whole snapshot no bigger than an epoch, a stateless tree's whole small one."""
+        if flow.root.stateless:
+            return (lo, hi) == (0, VNODES) and policy.builds_stateless_on_driver(rows, big)
+        return policy.builds_on_driver(rows, big)
 
     def _epoch_rows(self) -> int:
         """`big_epoch_rows`: a stateful snapshot no bigger is built on the driver, as one epoch would be."""
@@ -360,8 +374,11 @@ class CreatingJob:
                     break
                 take.append(e)
                 rows += sizes.get(e, 0)
-            inputs = self._inputs(rel, consumed, take[-1])
-            changes = flow.log_slice(inputs, take) if inputs else {}
+            if self.rt.relation(up).kind != "source" and policy.runs_locally(rows):
+                changes = self._slice_on_driver(up, flow, consumed, take[-1])
+            else:
+                inputs = self._inputs(rel, consumed, take[-1])
+                changes = flow.log_slice(inputs, take) if inputs else {}
             for e, rows_e in changes.items():
                 stored.stage_log(e, rows_e)
             done, version = stored.commit_log_batch(sorted(changes), take[-1])
@@ -374,7 +391,7 @@ class CreatingJob:
         inputs = self._inputs(rel, consumed, e)
         logs = []
         if inputs:
-            chunk, staged = flow.step(e, consumed, inputs)
+            chunk, staged = flow.step(e, consumed, inputs, changes=self._held(inputs))
             if chunk is not None and chunk.num_rows:
                 self.rt.stored(rel).stage_log(e, chunk)
                 staged = {rel.name: chunk, **staged}
@@ -382,6 +399,30 @@ class CreatingJob:
                 path, rows, version = self.rt.stored(self.rt.relation(name)).commit_log(e)
                 logs.append((name, e, path, rows, version))
         return [e], logs
+
+    def _slice_on_driver(self, up: str, flow: Dataflow, consumed: int, through: int) -> dict[int, pa.Table]:
+        """`Dataflow.log_slice` for a slice of few rows: each epoch's log rows read on the driver and
+        run through the tree's per-epoch step (its chains in Arrow), with no Spark job."""
+        by_epoch: dict[int, list[str]] = {}
+        for e, path in self.rt.catalog.log_files(up, consumed, through):
+            by_epoch.setdefault(e, []).append(path)
+        out = {}
+        for e, paths in by_epoch.items():
+            chunk, _ = flow.step(e, consumed, {up: paths}, changes=self._held({up: paths}))
+            if chunk is not None and chunk.num_rows:
+                out[e] = chunk
+        return out
+
+    def _held(self, inputs: dict[str, list[str]]) -> dict[str, HeldRows]:
+        """The upstreams' log rows of one epoch that are few (`held_log`), read on the driver, as
+        the main graph's table step hands them to the MVs: the chains over them run in Arrow."""
+        out = {}
+        for u, paths in inputs.items():
+            if policy.runs_locally(sum(footer_rows(p) for p in paths)):
+                rows = pa.concat_tables([read_table(p) for p in paths])
+                if (held := held_log(self.rt.spark, self.rt.relation(u).schema, rows)) is not None:
+                    out[u] = held
+        return out
 
     def pending_log_rows(self) -> int | None:
         """Upstream log rows committed and not yet consumed, in the log-store phase (else None)."""
@@ -391,6 +432,23 @@ class CreatingJob:
         rel = self.rt.relation(job.relation)
         committed = self.rt.catalog.committed_epoch()
         return sum(n for u in rel.upstreams for _, n in self.rt.log_file_rows(u, job.consumed_epoch, committed))
+
+    def catches_up_in_band(self) -> bool:
+        """Whether an unthrottled job in its log-store phase has little enough left of the log
+        (`policy.catches_up_in_band`) to consume it and merge in band (`catch_up_and_merge`): out of
+        band, the main graph plans the next epoch as soon as the job has caught up, and the merge
+        waits for that epoch to commit and be consumed, an epoch at a time. A throttled job never
+        holds the main graph, as under the lag rule."""
+        job = self.rt.catalog.job(self.job_id)
+        if job is None or job.phase is not Phase.LOG_STORE or job.consumed_epoch is None or job.rate_limit is not None:
+            return False
+        committed = self.rt.catalog.committed_epoch()
+        epochs = len(self.rt.catalog.epochs_between(job.consumed_epoch, committed))
+        if not policy.catches_up_in_band(epochs, 0, self._epoch_rows()):
+            return False
+        rows = sum(n for u in self.rt.relation(job.relation).upstreams
+                   for _, n in self.rt.log_file_rows(u, job.consumed_epoch, committed))
+        return policy.catches_up_in_band(epochs, rows, self._epoch_rows())
 
     def catch_up_and_merge(self) -> Step:
         """The rearranged strategy's switch, in band: holding the epoch lock (between two main epochs,
@@ -414,6 +472,10 @@ class CreatingJob:
                 return Step()
             if self.rt.catalog.epochs_between(current.consumed_epoch):
                 return Step()  # an epoch slipped in before the lock: consume it first
+            stopped = [u for u in self.rt.relation(current.relation).upstreams if self.rt.relation(u).state == "failed"]
+            if stopped:  # the main graph stopped it after the CREATE registered (`Ddl._register_mv`)
+                raise PipelineError(f"cannot merge {current.relation!r}: its upstream {stopped[0]!r} is stopped, out "
+                                    "of the pipeline; DROP it and create it again")
             crash_point("backfill_mid_merge")
             self.rt.catalog.merge_job(self.job_id, self.holder, current.relation, current.consumed_epoch)
         self.rt.warehouse.remove_tree(self.rt.warehouse.relation_dir(current.relation) / "_sources")

@@ -57,6 +57,8 @@ class _Worker(SparkGroupService):
             step = self._epoch_budget()
             if step is None:  # until the next commit
                 return IDLE_S
+        elif self.backfill.catches_up_in_band():
+            step = self.backfill.catch_up_and_merge()
         else:
             step = self.backfill.step()
         if step.merged:

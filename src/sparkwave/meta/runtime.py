@@ -95,8 +95,8 @@ class Runtime(Store):
     def rereads_cheaply(self, rel: Relation, epoch: int) -> bool:
         return rel.kind != "source" and super().rereads_cheaply(rel, epoch)  # a source's is read from Kafka
 
-    def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
-        return None if rel.kind == "source" else super().local_snapshot(rel, epoch)
+    def local_snapshot(self, rel: Relation, epoch: int, *, build: bool = False) -> pa.Table | None:
+        return None if rel.kind == "source" else super().local_snapshot(rel, epoch, build=build)
 
     def vnode_rows(self, rel: Relation, epoch: int) -> list[int]:
         """The snapshot's rows per vnode; a source's offsets per slot."""

@@ -1,5 +1,5 @@
-"""A background thread of the owner: the barrier loop, maintenance, each creating job's worker and
-each sink's worker. One way to start one, stop it (the round in progress finishes first), wake
+"""A background thread of the owner: the barrier loop, the Delta follower, maintenance, each creating
+job's worker and each sink's worker. One way to start one, stop it (the round in progress finishes first), wake
 it, let it sleep until woken or stopped, and back it off after failures; `status` says how it is
 doing (the dashboard shows it).
 

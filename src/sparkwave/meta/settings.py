@@ -93,6 +93,10 @@ SPECS: dict[str, _Spec] = {
     "sink_decouple": _Spec("true", _bool, "true or false",
                            "true: a new sink runs at its own pace behind its log store; false: each epoch waits "
                            "for it"),
+    "delta_lag_epochs": _Spec("10", _count(1, 1000), _range(1, 1000),
+                              "how many committed epochs the relations' Delta logs (for readers outside sparkwave) "
+                              "may trail the catalog: each gets a Delta version per group of about half as many "
+                              "epochs (or every 5 s); the pipeline waits beyond it"),
     "statement_timeout": _Spec("0", _count(0, 2**31 - 1), _range(0, 2**31 - 1, " (milliseconds; 0: no timeout)"),
                                "per session, not stored (PostgreSQL's): a query or DML statement that runs longer "
                                "is cancelled"),
@@ -137,6 +141,10 @@ class Settings:
     @property
     def backfill_chunk_rows(self) -> int:
         return int(self._get("backfill_chunk_rows"))
+
+    @property
+    def delta_lag_epochs(self) -> int:
+        return int(self._get("delta_lag_epochs"))
 
     @property
     def sink_decouple(self) -> bool:

@@ -118,9 +118,3 @@ def candidate_groups(index: FileIndex, keys: pa.Table, by: list[str]) -> list[in
     except (TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # statistics of a type that does not compare with the keys: read everything
     return [int(g) for g in np.flatnonzero(hit)]
-
-
-def read_groups(index: FileIndex, groups: list[int] | None, schema: pa.Schema) -> pa.Table:
-    f = pq.ParquetFile(index.path, metadata=index.metadata, page_checksum_verification=True)
-    t = f.read() if groups is None else f.read_row_groups(groups) if groups else schema.empty_table()
-    return t.select(schema.names).cast(schema)

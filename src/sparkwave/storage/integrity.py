@@ -12,6 +12,8 @@ with what the catalog recorded when the files were committed. A file written wit
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -96,6 +98,14 @@ def relation_of(path: str | Path) -> str | None:
 
 
 def footer_rows(path: str) -> int:
+    """The row count in a file's footer, read once per file (by path, size and time): every lookup
+    of every epoch checks the counts of the log files it overlays, more files than `file_index` keeps."""
+    st = os.stat(path)
+    return _footer_rows(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _footer_rows(path: str, size: int, mtime: int) -> int:
     with reading(path):
         return int(file_index(path).metadata.num_rows)
 

@@ -15,8 +15,9 @@ from sparkwave.core.chunk import Op, first_last
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import ns_join
 from sparkwave.storage import key_index
-from sparkwave.storage.file_index import candidate_groups, file_index, read_groups
-from sparkwave.storage.integrity import check_rows, reading, scan
+from sparkwave.storage.decoded import read_groups, read_logs
+from sparkwave.storage.file_index import candidate_groups, file_index
+from sparkwave.storage.integrity import check_rows, reading
 from sparkwave.storage.table import base_arrow_schema, log_arrow_schema
 
 
@@ -74,4 +75,5 @@ def _read_base(files: list[str], schema: pa.Schema, expr: pc.Expression | None, 
 def _read(files: list[str], schema: pa.Schema, expr: pc.Expression | None) -> pa.Table:
     if not files:
         return schema.empty_table()
-    return scan(files, schema, expr)
+    rows = read_logs(files, schema)
+    return rows.filter(expr) if expr is not None and rows.num_rows else rows

@@ -7,7 +7,14 @@ measured by the wall time recorded at each commit (`Catalog.committed_by`), not 
 numbers, which a forward clock jump leaves stamped in the future. The newest base at or below that
 epoch, `b`, is kept with every newer base; older bases, and log files of epochs `<= b`, are removed
 (the log files also from the Delta table's current version). Time travel then works for every
-epoch `>= b`."""
+epoch `>= b`.
+
+The Delta log is kept in step in this order, each step safe to crash after: the log gets every file
+of the cut the catalog holds and it lacks (`sync_log`: never a RemoveAction for a file it was never
+given), the catalog forgets the files (and notes the cut for the Delta log), the Delta log drops them
+(`retire_delta`, from its own list of files, so a repeat finds them gone; the follower finishes a
+cut a crash left noted), and only then are the files deleted: a Delta reader never meets a
+missing file."""
 
 from __future__ import annotations
 
@@ -15,8 +22,11 @@ import os
 import time
 
 from sparkwave.core.catalog import Relation
+from sparkwave.core.crash import crash_point
 from sparkwave.storage import key_index
+from sparkwave.storage.delta_log import retire_delta, sync_log
 from sparkwave.storage.store import Store
+from sparkwave.storage.table import log_file_epoch
 
 
 def needed_from(rt: Store, rel: Relation, retention_seconds: float) -> int:
@@ -36,14 +46,16 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     if keep is None:
         return 0
     stored = rt.stored(rel)
-    old_logs = [p for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)]
+    sync_log(rt, rel.name, -1, keep.epoch)
     rt.catalog.retire(rel.name, keep.epoch, max(keep.epoch, rel.created_epoch))
-    stored.retire_log_files([p for p in old_logs if os.path.exists(p)])
+    crash_point("retention_after_catalog")
+    retire_delta(rt, rel.name, keep.epoch)
+    crash_point("retention_after_delta")
     live_logs = {os.path.basename(p) for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)}
     live = {os.path.basename(f) for b in rt.catalog.bases(rel.name) for f in b.files}
     removed = 0
     for name in os.listdir(stored.log_path) if stored.log_path.exists() else []:
-        epoch = _log_epoch(name)
+        epoch = log_file_epoch(name)
         if epoch is not None and epoch <= keep.epoch and name not in live_logs or _staging_epoch(name) <= keep.epoch:
             rt.warehouse.remove_file(stored.log_path / name)
             removed += 1
@@ -68,9 +80,3 @@ def _staging_epoch(name: str) -> float:
     rest = name.removeprefix("_staging_e")
     return int(rest) if rest != name and rest.isdigit() else float("inf")
 
-
-def _log_epoch(name: str) -> int | None:
-    """The epoch of a log file's name (`e<epoch>.parquet`), or None for any other file."""
-    if name.startswith("e") and name.endswith(".parquet") and name[1:-8].isdigit():
-        return int(name[1:-8])
-    return None

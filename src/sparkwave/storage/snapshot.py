@@ -81,11 +81,13 @@ def snapshot(spark: SparkSession, catalog: Catalog, name: str, schema: Schema, e
     return kept.select(*cols).unionByName(live)
 
 
-def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> pa.Table | None:
+def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int, *, build: bool = False
+                   ) -> pa.Table | None:
     """`snapshot`'s rows, read with pyarrow on the driver; None when its files are too big for it
     (`policy.snapshot_in_arrow`; or decode to more than `policy.LOCAL_SNAPSHOT_MEMORY`), when it needs
     no overlay and its base is too big for a local relation (Spark's plain scan is as fast:
-    `policy.plain_scan_wins`, bench/RESULTS.md),
+    `policy.plain_scan_wins`, bench/RESULTS.md; not for a driver `build`, which holds the rows
+    anyway: its bounds are `policy.build_snapshot_in_arrow`'s),
     or when a key column is a float (Spark's key equality folds NaNs and -0.0, Arrow's grouping does
     not). A file that retention removed meanwhile raises `FileNotFoundError`."""
     if any(pa.types.is_floating(c.type.arrow) for c in schema.columns if c.name in schema.key):
@@ -94,13 +96,14 @@ def local_snapshot(catalog: Catalog, name: str, schema: Schema, epoch: int) -> p
     base_files = base.files if base else []
     logs = catalog.log_files(name, base.epoch if base else 0, epoch)
     log_files = [p for _, p in logs]
-    if not policy.snapshot_in_arrow(sum(os.path.getsize(f) for f in [*base_files, *log_files])):
+    file_bytes = sum(os.path.getsize(f) for f in [*base_files, *log_files])
+    if not (policy.build_snapshot_in_arrow(file_bytes) if build else policy.snapshot_in_arrow(file_bytes)):
         return None
-    if base and policy.plain_scan_wins(base.rows, overlay=not (schema.append_only or not log_files)):
+    if not build and base and policy.plain_scan_wins(base.rows, overlay=not (schema.append_only or not log_files)):
         return None  # no overlay to compute: Spark's plain scan beats a local relation of that many rows
     check_rows(catalog, name, base, logs)
     target, log_target = base_arrow_schema(schema), log_arrow_schema(schema)
-    budget = [policy.LOCAL_SNAPSHOT_MEMORY]
+    budget = [policy.BUILD_SNAPSHOT_MEMORY if build else policy.LOCAL_SNAPSHOT_MEMORY]
     state, log = _read(base_files, target, budget), _read(log_files, log_target, budget)
     if state is None or log is None:
         return None

@@ -39,9 +39,14 @@ class StateIO:
     prev: int
     epoch: int
     staged: dict[str, pa.Table] = field(default_factory=dict)
+    _relations: dict[str, Relation] = field(default_factory=dict, repr=False)
 
     def relation(self, suffix: str) -> Relation:
-        return self.rt.relation(state_name(self.owner, suffix))
+        """The state table, read from the catalog once per epoch (its lookups and its staging ask often)."""
+        rel = self._relations.get(suffix)
+        if rel is None:
+            rel = self._relations[suffix] = self.rt.relation(state_name(self.owner, suffix))
+        return rel
 
     def lookup(self, suffix: str, by: list[str], keys: pa.Table) -> pa.Table:
         """Rows (without `_vnode`) whose `by` columns match a row of `keys`."""

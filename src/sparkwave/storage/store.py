@@ -41,12 +41,19 @@ class Store:
                 self._tables[rel.name] = t
             return t
 
+    def stored_of(self, name: str) -> StoredTable:
+        """`stored(relation(name))` without a catalog read when the table is open (DROP forgets it)."""
+        with self._lock:
+            t = self._tables.get(name)
+        return t if t is not None else self.stored(self.relation(name))
+
     def forget(self, name: str) -> None:
         """Close a dropped relation's tables, its state tables (`<name>.<suffix>`) with it: a relation
         created later under the same name must not reuse their open Delta logs."""
         with self._lock:
-            for t in [t for t in self._tables if t == name or t.startswith(f"{name}.")]:
-                del self._tables[t]
+            gone = [self._tables.pop(t) for t in [t for t in self._tables if t == name or t.startswith(f"{name}.")]]
+        for table in gone:  # a Delta log commit under way ends first; none starts after (`delta_log.py`)
+            table.close()
 
     def retained_from(self, rel: Relation) -> int:
         return self.catalog.retained_from(rel.name, rel.created_epoch)
@@ -91,12 +98,13 @@ class Store:
             return self.snapshot(rel, epoch)
         return local_frame(self.spark, rows, base_spark_ddl(rel.schema))
 
-    def local_snapshot(self, rel: Relation, epoch: int) -> pa.Table | None:
-        """`snapshot(rel, epoch)`'s rows read on the driver, if small (`snapshot.local_snapshot`)."""
+    def local_snapshot(self, rel: Relation, epoch: int, *, build: bool = False) -> pa.Table | None:
+        """`snapshot(rel, epoch)`'s rows read on the driver, if small (`snapshot.local_snapshot`; for
+        a driver build, `build`)."""
         self.check_retained(rel, epoch)
         for attempt in range(2):
             try:
-                rows = snap.local_snapshot(self.catalog, rel.name, rel.schema, epoch)
+                rows = snap.local_snapshot(self.catalog, rel.name, rel.schema, epoch, build=build)
                 break
             except FileNotFoundError:
                 # Retention removed a file after the listing: either the epoch is gone, or a newer

@@ -1,7 +1,9 @@
 """A log-structured table on Delta Lake: an append-only per-epoch **log** plus a compacted **base**.
 
 Log rows: `| _epoch | _seq | _op | _vnode | columns... |`, one Parquet file per epoch
-(`log/e<epoch>.parquet`), committed as one Delta version carrying `Transaction(APP_ID, epoch)`.
+(`log/e<epoch>.parquet`). The catalog makes an epoch's files visible; the log's Delta table follows
+it, one version per group of epochs carrying `Transaction(APP_ID, <newest epoch of the group>)`
+(`commit_logs`, the Delta follower's; a creating job's `commit_log` / `commit_log_batch`).
 Base rows: `| _vnode | columns... |` as of a compaction epoch `c`, sorted by (vnode, key), written by
 Spark and committed as an overwrite carrying `Transaction(BASE_APP_ID, c)`.
 
@@ -14,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkwave.core.schema import Schema
+from sparkwave.storage import decoded
 from sparkwave.storage.integrity import write_table
 
 # Commits of the Delta log older than this, and covered by a checkpoint, are cleaned up
@@ -34,6 +39,13 @@ LOG_RETENTION = {"delta.logRetentionDuration": "interval 1 hours"}
 CHECKPOINT_EVERY = 100  # Delta versions between two checkpoints
 APP_ID = "sparkwave-log"
 BASE_APP_ID = "sparkwave-base"
+
+
+def log_file_epoch(name: str) -> int | None:
+    """The epoch of a log file's name (`e<epoch>.parquet`), or None for any other file."""
+    if name.startswith("e") and name.endswith(".parquet") and name[1:-8].isdigit():
+        return int(name[1:-8])
+    return None
 
 
 def log_arrow_schema(schema: Schema) -> pa.Schema:
@@ -80,6 +92,15 @@ class StoredTable:
         self.base_path = root / "base"
         self._log: DeltaTable | None = None
         self._base: DeltaTable | None = None
+        # One writer of the log's Delta table at a time (the Delta follower, retention, a checkpoint);
+        # `closed` (a DROP, under it) tells a writer that took the table before that it is gone.
+        self.log_lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """The relation is being dropped: once this returns, no writer touches its Delta log again."""
+        with self.log_lock:
+            self.closed = True
 
     def create(self) -> None:
         """Create both Delta tables (idempotent)."""
@@ -126,6 +147,7 @@ class StoredTable:
             repeating = [f.name for f in target if f.name in ("_epoch", "_op", "_vnode")
                          or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
             write_table(rows, path, row_group_size=64 * 1024, use_dictionary=repeating)
+            decoded.remember(path, rows)
         return path
 
     def stage_log_frame(self, epoch: int, rows: DataFrame) -> StagedLog:
@@ -152,29 +174,46 @@ class StoredTable:
         return StagedLog(path, n)
 
     def commit_log(self, epoch: int) -> tuple[str, int, int]:
-        """Commit the staged file of `epoch` as one Delta version. Returns (path, rows, version).
+        """Commit the staged file of `epoch` as one Delta version (a creating job's stateful step).
+        Returns (path, rows, version).
 
         If the log already holds this epoch (a replay after a crash between the Delta commit and the
         catalog commit), nothing is committed and the existing commit is returned."""
         path = self.log_file_path(epoch)
         rows = pq.ParquetFile(path).metadata.num_rows
-        if not self.log_committed(epoch):
-            self._commit_files(self.log, [path], [rows], mode="append", schema=log_arrow_schema(self.schema),
-                               app=APP_ID, version=epoch,
-                               stats=[{"minValues": {"_epoch": epoch}, "maxValues": {"_epoch": epoch}}])
-        return path, rows, self.log.version()
+        with self.log_lock:
+            if not self.log_committed(epoch):
+                self._commit_files(self.log, [path], [rows], mode="append", schema=log_arrow_schema(self.schema),
+                                   app=APP_ID, version=epoch,
+                                   stats=[{"minValues": {"_epoch": epoch}, "maxValues": {"_epoch": epoch}}])
+            return path, rows, self.log.version()
+
+    def commit_logs(self, files: Sequence[tuple[int, str, int]]) -> int:
+        """Add the log files `(epoch, path, rows)` (oldest first), which the catalog holds, to the
+        Delta log as one version tagged with their newest epoch; those of epochs the log holds
+        already are skipped (its commit landed, the catalog's record of it did not). Returns the
+        version that holds them all. The caller holds `log_lock`."""
+        self.log.update_incremental()
+        done = self.log.transaction_version(APP_ID)
+        new = [f for f in files if done is None or f[0] > done]
+        if new:
+            self._commit_files(self.log, [p for _, p, _ in new], [n for *_, n in new], mode="append",
+                               schema=log_arrow_schema(self.schema), app=APP_ID, version=new[-1][0],
+                               stats=[{"minValues": {"_epoch": e}, "maxValues": {"_epoch": e}} for e, *_ in new])
+        return self.log.version()
 
     def commit_log_batch(self, epochs: list[int], through: int) -> tuple[list[tuple[int, str, int]], int]:
         """Commit the staged files of `epochs` as one Delta version tagged `through` (a creating
         job's checkpoint covers several upstream epochs). Returns ((epoch, path, rows), version);
         nothing is committed again if the log already holds `through`."""
         done = self.staged_logs(epochs)
-        self.log.update_incremental()
-        if done and not self.log_committed(through):
-            self._commit_files(self.log, [p for _, p, _ in done], [n for *_, n in done], mode="append",
-                               schema=log_arrow_schema(self.schema), app=APP_ID, version=through,
-                               stats=[{"minValues": {"_epoch": e}, "maxValues": {"_epoch": e}} for e, *_ in done])
-        return done, self.log.version()
+        with self.log_lock:
+            self.log.update_incremental()
+            if done and not self.log_committed(through):
+                self._commit_files(self.log, [p for _, p, _ in done], [n for *_, n in done], mode="append",
+                                   schema=log_arrow_schema(self.schema), app=APP_ID, version=through,
+                                   stats=[{"minValues": {"_epoch": e}, "maxValues": {"_epoch": e}} for e, *_ in done])
+            return done, self.log.version()
 
     def staged_logs(self, epochs: list[int]) -> list[tuple[int, str, int]]:
         """(epoch, path, rows) of the log files that exist among `epochs`."""
@@ -186,9 +225,13 @@ class StoredTable:
         self.log.update_incremental()
         return self.log.transaction_version(APP_ID)
 
-    def staged(self, epoch: int) -> StagedLog:
-        """The log file of `epoch` (written before), without reading its rows."""
+    def staged(self, epoch: int, rows: int | None = None) -> StagedLog:
+        """The log file of `epoch` (written before), without reading its rows: its footer's count, or
+        `rows` if the caller knows them (the file is then only checked to exist)."""
         path = self.log_file_path(epoch)
+        if rows is not None:
+            os.stat(path)
+            return StagedLog(path, rows)
         return StagedLog(path, pq.ParquetFile(path).metadata.num_rows)
 
     def commit_base(self, epoch: int, files: list[str], rows: list[int]) -> int:
@@ -203,31 +246,40 @@ class StoredTable:
     def checkpoint(self) -> None:
         """Checkpoint each Delta table every `CHECKPOINT_EVERY` versions and clean up the commits
         the checkpoint covers, so opening one reads a bounded log and its folder stops growing."""
-        for dt, path in ((self.log, self.log_path), (self.base, self.base_path)):
+        with self.log_lock:
+            self._checkpoint(self.log, self.log_path)
+        self._checkpoint(self.base, self.base_path)
+
+    @staticmethod
+    def _checkpoint(dt: DeltaTable, path: Path) -> None:
+        dt.update_incremental()
+        marker = path / "_delta_log" / "_last_checkpoint"
+        done = json.loads(marker.read_text())["version"] if marker.exists() else -1
+        if dt.version() - done < CHECKPOINT_EVERY:
+            return
+        if dt.metadata().configuration.get("delta.logRetentionDuration") != LOG_RETENTION[
+                "delta.logRetentionDuration"]:  # a table created before the setting
+            dt.alter.set_table_properties(LOG_RETENTION)
             dt.update_incremental()
-            marker = path / "_delta_log" / "_last_checkpoint"
-            done = json.loads(marker.read_text())["version"] if marker.exists() else -1
-            if dt.version() - done < CHECKPOINT_EVERY:
-                continue
-            if dt.metadata().configuration.get("delta.logRetentionDuration") != LOG_RETENTION[
-                    "delta.logRetentionDuration"]:  # a table created before the setting
-                dt.alter.set_table_properties(LOG_RETENTION)
-                dt.update_incremental()
-            dt.create_checkpoint()
-            dt.cleanup_metadata()
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
 
     def base_file_prefix(self, epoch: int) -> str:
         return f"c{epoch}-"
 
-    def retire_log_files(self, paths: list[str]) -> None:
-        """Remove log files from the Delta table's current version (retention)."""
-        if not paths:
-            return
+    def retire_log_files(self, through: int) -> None:
+        """Remove the files of epochs `<= through` from the Delta log's current version (retention),
+        as many as it holds: the same after a crash that came before or after this commit. The
+        caller holds `log_lock`."""
+        self.log.update_incremental()
         now = int(time.time() * 1000)
         actions: list[AddAction | RemoveAction] = [
-            RemoveAction(os.path.basename(p), True, now, os.path.getsize(p) if os.path.exists(p) else 0) for p in paths]
-        self.log.create_write_transaction(actions, mode="append", schema=log_arrow_schema(self.schema))
-        self.log.update_incremental()
+            RemoveAction(name, True, now, os.path.getsize(p) if os.path.exists(p) else 0)
+            for p in self.log.file_uris() if (e := log_file_epoch(name := os.path.basename(p))) is not None
+            and e <= through]
+        if actions:
+            self.log.create_write_transaction(actions, mode="append", schema=log_arrow_schema(self.schema))
+            self.log.update_incremental()
 
     def _commit_files(self, dt: DeltaTable, files: list[str], rows: list[int], *, mode: str, schema: pa.Schema,
                       app: str, version: int, stats: list[dict] | None) -> None:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 
 from sparkwave.connectors import Connector
 from sparkwave.connectors.base import ERROR, RAW
@@ -46,10 +45,3 @@ class BadRecords:
             self.keep(name, conn, found, found.num_rows)
             chunk = chunk.filter(pc.invert(bad))
         return chunk.drop_columns([ERROR, RAW])
-
-    def reread(self, name: str, conn: Connector | None, spark: SparkSession, ranges: dict[str, list[int]]) -> None:
-        """A replayed epoch whose log Delta already holds: its bad records, not yet in the catalog,
-        are read again (a crash between the two commits is rare; the range is read once more)."""
-        if conn is not None and ranges and conn.has_bad_records:
-            bad = conn.read(spark, ranges).where(f"{ERROR} IS NOT NULL").select("_seq", ERROR, RAW)
-            self.set_aside(name, conn, bad.toArrow())

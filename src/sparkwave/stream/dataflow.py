@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -49,7 +51,17 @@ from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.chunking import PARTIAL, ChunkPlan
 from sparkwave.stream.join import Join
 from sparkwave.stream.materialize import Materialize
-from sparkwave.stream.operator import VNODE, WEIGHT, BuildPlan, EpochIO, FrameIO, Operator, SnapshotIO, collect
+from sparkwave.stream.operator import (
+    VNODE,
+    WEIGHT,
+    BuildPlan,
+    EpochIO,
+    FrameIO,
+    HeldRows,
+    Operator,
+    SnapshotIO,
+    collect,
+)
 from sparkwave.stream.plan import from_json, state_schemas
 from sparkwave.stream.values import Values
 
@@ -64,7 +76,8 @@ class Dataflow:
         self.materialize = Materialize(self.root.key, [(m, i) for m, i in rel.definition["outputs"]], rel.schema)
         self._builds: list[SnapshotIO] = []
 
-    def step(self, epoch: int, prev: int, inputs: dict[str, list[str]], changes: dict[str, DataFrame] | None = None,
+    def step(self, epoch: int, prev: int, inputs: dict[str, list[str]],
+             changes: Mapping[str, DataFrame | HeldRows] | None = None,
              fused: dict[int, pa.Table] | None = None) -> tuple[pa.Table | None, dict[str, pa.Table]]:
         """The MV's log rows for `epoch` from its upstreams' log files of that epoch (`inputs`; the
         same rows as local frames `changes` where the driver holds them; chains over a source as its
@@ -133,23 +146,36 @@ class Dataflow:
 
     @property
     def builds_locally(self) -> bool:
-        """Whether `build_local` can build the tree: a stateful one whose rows all come from its
-        upstreams' rows. Not one with a scalar aggregate (its row over nothing) or constant rows
-        (`VALUES`): only a snapshot build makes those; per epoch they are in the state already."""
-        return not self.root.stateless and not any(
-            isinstance(o, Values) or (isinstance(o, Aggregate) and o.scalar) for o in self.root.walk())
+        """Whether `build_local` can build the tree: one whose rows all come from its upstreams'
+        rows. Not one with a scalar aggregate (its row over nothing) or constant rows (`VALUES`):
+        only a snapshot build makes those; per epoch they are in the state already."""
+        return not any(isinstance(o, Values) or (isinstance(o, Aggregate) and o.scalar) for o in self.root.walk())
 
     def build_local(self, epoch: int) -> dict[str, pa.Table]:
         """`build` on the driver, for snapshots no bigger than one epoch's change (`big_epoch_rows`;
-        like an epoch's, the rows a join or window expands them to are held too): the upstreams'
-        snapshots at `epoch` as one epoch of inserts through the per-epoch path (`delta`: joins and
-        aggregates in Arrow) from empty state. No Spark build: a small backfill's cost was the fixed
-        costs of its dozen Spark jobs. Every table as `| _vnode | columns |`."""
-        insert = [F.lit(epoch).cast("bigint").alias("_epoch"), F.lit(0).cast("bigint").alias("_seq"),
-                  F.lit(int(Op.INSERT)).cast("tinyint").alias("_op")]
-        changes = {u: self.rt.read(self.rt.relation(u), epoch).select(*insert, "*") for u in self.rel.upstreams}
+        like an epoch's, the rows a join or window expands them to are held too; a stateless tree's
+        `policy.builds_stateless_on_driver`): the upstreams' snapshots at `epoch` as one epoch of
+        inserts through the per-epoch path (`delta`: scans and projections in Arrow where they compile,
+        joins and aggregates in Arrow) from empty state. No Spark build: a small backfill's cost was
+        the fixed costs of its Spark jobs. Every table as `| _vnode | columns |`."""
+        changes = {u: self._snapshot_inserts(self.rt.relation(u), epoch) for u in self.rel.upstreams}
         states = EmptyStateIO(self.rt, self.rel.name, prev=0, epoch=epoch, schemas=self._state_schemas)
         return self._inserts(EpochIO(self.rt, {}, states, changes), epoch, list(self._state_schemas))
+
+    def _snapshot_inserts(self, rel: Relation, epoch: int) -> DataFrame | HeldRows:
+        """An upstream's snapshot at `epoch` as log rows of inserts: held by the driver if it reads
+        it (`Store.local_snapshot`), so that the chains over it run in Arrow with no Spark plan at all;
+        else Spark's scan of it, which the tree collects."""
+        rows = self.rt.local_snapshot(rel, epoch, build=True)
+        if rows is None:
+            insert = [F.lit(epoch).cast("bigint").alias("_epoch"), F.lit(0).cast("bigint").alias("_seq"),
+                      F.lit(int(Op.INSERT)).cast("tinyint").alias("_op")]
+            return self.rt.snapshot(rel, epoch).select(*insert, "*")
+        n = rows.num_rows
+        log = rows.add_column(0, "_epoch", pa.array(np.full(n, epoch, np.int64)))
+        log = log.add_column(1, "_seq", pa.array(np.zeros(n, np.int64)))
+        log = log.add_column(2, "_op", pa.array(np.full(n, int(Op.INSERT), np.int8)))
+        return HeldRows(self.rt.spark, rel.schema, log)
 
     def _inserts(self, io: EpochIO, epoch: int, suffixes: list[str]) -> dict[str, pa.Table]:
         """The MV's and the state tables' (`suffixes`) rows `| _vnode | columns |` from one epoch of

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
 
 from sparkwave.core.catalog import Relation
 from sparkwave.storage.table import StagedLog
 from sparkwave.stream.bad_records import BadRecords
+from sparkwave.stream.operator import HeldRows
 
 DmlBatch: TypeAlias = tuple[int, str, str, int]  # a staged DML batch the epoch takes: (id, relation, file, rows)
 DmlBatches: TypeAlias = Sequence[DmlBatch]  # the catalog's rows are named tuples of these fields
@@ -30,12 +30,19 @@ class EpochWork:
     big_rows: int = 0  # a step with a change of more rows than this runs on the executors
     more: bool = False  # staged DML is left for the next epoch
     bad: BadRecords = field(default_factory=BadRecords)  # bad source records, committed with the epoch
-    held: dict[str, DataFrame | None] = field(default_factory=dict)  # log rows as local frames, shared by MVs
+    held: dict[str, HeldRows | None] = field(default_factory=dict)  # small log rows (Arrow, a local frame), by relation
     relations: list[Relation] = field(default_factory=list)  # executed this epoch, upstreams first
     fused: dict[str, dict[int, pa.Table]] = field(default_factory=dict)  # chains read with a source, by MV
     unwritten: dict[str, pa.Table] = field(default_factory=dict)  # a source's rows whose file no MV needed yet
     file_locks: dict[str, threading.Lock] = field(default_factory=dict)  # one per source in `unwritten`
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _by_name: dict[str, Relation] = field(default_factory=dict, repr=False)
+
+    def relation(self, name: str) -> Relation | None:
+        """A relation executed this epoch, by name, as the plan read it (no catalog query per step)."""
+        if len(self._by_name) != len(self.relations):
+            self._by_name = {r.name: r for r in self.relations}
+        return self._by_name.get(name)
 
     def source_ranges(self, name: str) -> dict[str, list[int]]:
         """The offset ranges the plan reads from relation `name`'s connector (none: empty)."""

@@ -29,7 +29,7 @@ from sparkwave.stream.dataflow import Dataflow
 from sparkwave.stream.epoch_work import DmlBatches, EpochWork
 from sparkwave.stream.fused_read import read_fused
 from sparkwave.stream.materialize import materialize_table, materialize_table_frame
-from sparkwave.stream.operator import held_log
+from sparkwave.stream.operator import HeldRows, held_log
 
 Step: TypeAlias = pa.Table | StagedLog | None  # a relation's log rows of the epoch (None: no change)
 ConnectorOf: TypeAlias = Callable[[Relation], Connector | None]  # the barrier loop's cached connector of a relation
@@ -42,18 +42,33 @@ class Executor:
     def __init__(self, store: Store, connector: ConnectorOf) -> None:
         self.store = store
         self.connector = connector
+        self._flows: dict[str, tuple[Relation, Dataflow]] = {}
+
+    def _dataflow(self, rel: Relation) -> Dataflow:
+        """The MV's operator tree, decoded once and kept while its definition and schema stay the same
+        (a DROP and CREATE under the same name makes another): what an operator compiles on first use
+        (its expressions' trees, their evaluation in Arrow) serves every epoch."""
+        kept = self._flows.get(rel.name)
+        if kept is not None and kept[0].definition == rel.definition and kept[0].schema == rel.schema \
+                and kept[0].created_epoch == rel.created_epoch:
+            return kept[1]
+        flow = Dataflow(self.store, rel)
+        self._flows[rel.name] = (rel, flow)
+        return flow
+
+    def keep_only(self, names: set[str]) -> None:
+        """Forget the kept trees of MVs no longer in the main graph (dropped, or failed and isolated)."""
+        for name in [n for n in self._flows if n not in names]:
+            del self._flows[name]
 
     def execute(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> Step:
         """The relation's log rows for the epoch, staged as its log file. A source's file (it commits
         none) is written only if an MV reads it (`_source_file`)."""
+        # A replayed epoch (one the catalog did not commit, so in no Delta log either: the logs
+        # follow the catalog) is computed again like any other: every step is deterministic.
         if rel.kind == "mv":
-            # Recomputed even on a replay (it is deterministic: state as of the previous epoch), so
-            # that its state tables' staged files exist whichever of its commits had happened.
             return self._mv_step(rel, e)
         stored = self.store.stored(rel)
-        if rel.kind != "source" and stored.log_committed(e.epoch):  # a source is read again: it keeps nothing
-            e.bad.reread(rel.name, self.connector(rel), self.store.spark, e.source_ranges(rel.name))
-            return stored.staged(e.epoch)
         overwrites = rel.definition.get("on_conflict", "overwrite") == "overwrite"
         if policy.is_big_epoch(_rows_in(rel, e, dml), e.big_rows) and overwrites:
             staged = self._table_step_frame(rel, e, dml)
@@ -132,8 +147,9 @@ class Executor:
         changed = {u: c.num_rows for u in rel.upstreams if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
         if not changed:
             return None
-        inputs = {u: [self.store.stored(self.store.relation(u)).log_file_path(e.epoch)] for u in changed}
-        flow = Dataflow(self.store, rel)
+        inputs = {u: [self.store.stored(e.relation(u) or self.store.relation(u)).log_file_path(e.epoch)]
+                  for u in changed}
+        flow = self._dataflow(rel)
         big = policy.is_big_epoch(sum(changed.values()), e.big_rows) and flow.on_spark
         fused = {u for u in changed if fusion.covers(flow.root, u, e.fused.get(rel.name, {}))}
         chunk: Step
@@ -163,20 +179,22 @@ class Executor:
             return
         with lock:
             if (rows := e.unwritten.get(name)) is not None:
-                self.store.stored(self.store.relation(name)).stage_log(e.epoch, rows, transient=True)
+                self.store.stored(e.relation(name) or self.store.relation(name)).stage_log(e.epoch, rows,
+                                                                                           transient=True)
                 del e.unwritten[name]
 
-    def _held(self, e: EpochWork, name: str) -> DataFrame | None:
-        """The relation's log rows of the epoch as one local frame for every MV reading them, if the
-        driver holds them and they are few (`held_log`)."""
+    def _held(self, e: EpochWork, name: str) -> HeldRows | None:
+        """The relation's log rows of the epoch, held for every MV reading them (in Arrow; their local
+        frame made once, for the first MV whose chain needs Spark), if the driver holds them and they
+        are few (`held_log`)."""
         with e.lock:
             if name in e.held:
                 return e.held[name]
         rows = e.chunks.get(name)  # built outside the lock: two MVs may both build it; one is kept
-        frame = held_log(self.store.spark, self.store.relation(name).schema, rows) if isinstance(rows, pa.Table) \
-            else None
+        rel = e.relation(name) or self.store.relation(name)
+        held = held_log(self.store.spark, rel.schema, rows) if isinstance(rows, pa.Table) else None
         with e.lock:
-            return e.held.setdefault(name, frame)
+            return e.held.setdefault(name, held)
 
 
 def _rows_in(rel: Relation, e: EpochWork, dml: DmlBatches) -> int:

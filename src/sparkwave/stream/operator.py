@@ -22,6 +22,7 @@ Which evaluation runs for a size is `core/policy.py`'s decision."""
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,11 +63,31 @@ class States(Protocol):
         ...
 
 
+class HeldRows:
+    """A relation's log rows of an epoch that the driver holds and that are few
+    (`policy.runs_locally`), for every MV over it: in Arrow (`rows`, in the log's stored types) for
+    the chains evaluated in Arrow (`stream/arrow_chain.py`), and as a local frame (`frame`: read
+    without a file scan, collected without a job) made on the first chain that needs Spark, once."""
+
+    def __init__(self, spark: SparkSession, schema: Schema, rows: pa.Table) -> None:
+        target = log_arrow_schema(schema)
+        self.rows = rows.select(target.names).cast(target)
+        self._spark, self._ddl = spark, log_spark_ddl(schema)
+        self._frame: DataFrame | None = None
+        self._lock = threading.Lock()
+
+    def frame(self) -> DataFrame:
+        with self._lock:
+            if self._frame is None:
+                self._frame = local_frame(self._spark, self.rows, self._ddl)
+            return self._frame
+
+
 @dataclass
 class EpochIO:
     """What a tree reads and writes in one epoch: its upstreams' log files by relation (of one
-    epoch, or of several for a stateless tree's slice), the same rows of one epoch as local frames
-    where the driver still holds them (`changes`), the changes of the chains that a source's read
+    epoch, or of several for a stateless tree's slice), the same rows of one epoch where the driver
+    still holds them (`changes`: `HeldRows`, or a frame), the changes of the chains that a source's read
     computed (`fused`), an aggregate's whole output that a snapshot build computed in Spark, as
     inserts, for the driver to evaluate what is above it (`given`: `Dataflow`'s top), and its MV's
     state tables."""
@@ -74,7 +95,7 @@ class EpochIO:
     rt: Store
     inputs: dict[str, list[str]]
     state: States | None = None
-    changes: dict[str, DataFrame] = field(default_factory=dict)  # `held_log` frames, by upstream
+    changes: Mapping[str, DataFrame | HeldRows] = field(default_factory=dict)  # held rows, by upstream
     shares: dict[int, pa.Table | None] = field(default_factory=dict)  # a shared operator's change, by id
     fused: dict[int, pa.Table] = field(default_factory=dict)  # a chain's change from its upstream's read, by id
     given: dict[int, pa.Table] = field(default_factory=dict)  # an aggregate's change computed by Spark, by id
@@ -91,6 +112,8 @@ class EpochIO:
     def log(self, relation: str) -> DataFrame | None:
         """The upstream's log rows `| _epoch | _seq | _op | _vnode | columns |`, None if it did not change."""
         held = self.changes.get(relation)
+        if isinstance(held, HeldRows):
+            return held.frame()
         if held is not None:
             return held
         paths = self.inputs.get(relation)
@@ -98,14 +121,19 @@ class EpochIO:
             return None
         return read_parquet(self.spark, log_spark_ddl(self.rt.relation(relation).schema), paths)
 
+    def held_rows(self, relation: str) -> pa.Table | None:
+        """The upstream's log rows in Arrow if the driver holds them (`HeldRows`), else None."""
+        held = self.changes.get(relation)
+        return held.rows if isinstance(held, HeldRows) else None
 
-def held_log(spark: SparkSession, schema: Schema, rows: pa.Table) -> DataFrame | None:
-    """A relation's log rows of an epoch that the driver holds, as a local frame when they are few
-    (`policy.runs_locally`): read without a file scan, and collected without a job (`to_arrow`)."""
+
+def held_log(spark: SparkSession, schema: Schema, rows: pa.Table) -> HeldRows | None:
+    """A relation's log rows of an epoch that the driver holds, when they are few
+    (`policy.runs_locally`): evaluated in Arrow, or as a local frame (read without a file scan,
+    collected without a job: `to_arrow`)."""
     if not policy.runs_locally(rows.num_rows):
         return None
-    target = log_arrow_schema(schema)
-    return local_frame(spark, rows.select(target.names).cast(target), log_spark_ddl(schema))
+    return HeldRows(spark, schema, rows)
 
 
 @dataclass
@@ -348,6 +376,9 @@ class Operator(ABC):
     columns: list[tuple[str, str]]  # (internal name, SQL type name), in output order
     key: list[str]
 
+    # Its expressions compiled for Arrow (`stream/arrow_chain.py`), by input types; not part of the plan.
+    arrow_steps: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
     op: ClassVar[str]  # its name in the catalog's JSON
     keeps_state: ClassVar[bool] = False
     output_persisted: ClassVar[bool] = False  # `batch` is cheap over a frame it persisted (its partials)
@@ -442,9 +473,18 @@ class Operator(ABC):
         assert self.stateless, f"BUG: {self.op} {self.id} keeps state and has no delta_frame"
         return self.frame(io, vnode=root)
 
+    def arrow_delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        """A stateless chain's change evaluated in Arrow from its upstream's held rows
+        (`stream/arrow_chain.py`): `| columns | _w |` (and `_vnode` at the root), or None where it
+        is not (rows not held, an expression or a value it does not compute exactly)."""
+        return None
+
     def _collected(self, io: EpochIO, root: bool) -> pa.Table | None:
         if self.id in io.fused:  # computed by the job that read the upstream (`stream/fusion.py`)
             return io.fused[self.id]
+        rows = self.arrow_delta(io, root=root)
+        if rows is not None:
+            return rows
         frame = self.frame(io, vnode=root)
         return None if frame is None else collect(frame, self.arrow_schema(WEIGHT, *([VNODE] if root else [])))
 

@@ -3,7 +3,9 @@ keeps no state: each output row follows from one input row with the same weight.
 
 Over a scan (or projections over one) it extends the scan's DataFrame, so the chain is one Spark
 job per epoch. Over a join or an aggregate its input is an Arrow Z-set on the driver: a pure rename
-stays in Arrow; anything else, and the MV's root (whose `_vnode` Spark computes), goes through Spark."""
+stays in Arrow; anything else, and the MV's root (its `_vnode`), is evaluated in Arrow too where
+its expressions compile (`stream/arrow_chain.py`), else goes through Spark. A small change of a
+chain over a scan is evaluated in Arrow the same way (`arrow_delta`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkwave.core.local_frames import local_frame
 from sparkwave.core.zset import W
+from sparkwave.stream import arrow_chain
 from sparkwave.stream.expressions import Expr, column_ref, expr_or_none, exprs_of, references
 from sparkwave.stream.operator import (
     VNODE,
@@ -87,6 +90,22 @@ class Project(Operator):
             return None
         return self.apply(child, None if self.is_rename and not root else io.spark, root=root)
 
+    def arrow_delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        if not self.stateless:
+            return None
+        child = self.input.arrow_delta(io)
+        return None if child is None else arrow_chain.evaluate(lambda: self._arrow(child, root))
+
+    def _arrow(self, child: pa.Table, root: bool) -> pa.Table | None:
+        """The projection of an Arrow Z-set `| input columns | _w |` in Arrow, None where it does not compile.
+        The input is read in its declared types first, as Spark's local frame of it is."""
+        child = child.select([*self.input.names, W]).cast(self.input.arrow_schema(WEIGHT))
+        types = arrow_chain.input_types(child.schema)
+        types.pop(W, None)
+        step = arrow_chain.compiled(self.arrow_steps, tuple(types.items()), lambda: arrow_chain.compile_step(
+            self.exprs, self.predicate, self.columns, types, self.key, filter_first=True))
+        return None if step is None else arrow_chain.run_step(step, child, root=root)
+
     def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
         if self.stateless:
             return self.frame(io, vnode=root)
@@ -94,11 +113,14 @@ class Project(Operator):
         return None if child is None else self.select(child, (W,), vnode=root)
 
     def apply(self, child: pa.Table, spark: SparkSession | None = None, *, root: bool = False) -> pa.Table:
-        """The projection of an Arrow Z-set of the input (`| columns | _w |`). Only a rename below the
-        root runs without Spark."""
+        """The projection of an Arrow Z-set of the input (`| columns | _w |`): a rename below the root,
+        or expressions that compile for Arrow, without Spark."""
         if not root and self.is_rename:
             names = [e[1:-1] for _, e in self.exprs]
             return child.select([*names, W]).rename_columns([*self.names, W]).cast(self.arrow_schema(WEIGHT))
+        rows = arrow_chain.evaluate(lambda: self._arrow(child, root))
+        if rows is not None:
+            return rows
         assert spark is not None, f"BUG: projection {self.id} computes expressions: it needs Spark"
         df = local_frame(spark, child.drop_columns([W]).append_column(W, child[W]),
                          f"{self.input.spark_ddl()}, `{W}` bigint")

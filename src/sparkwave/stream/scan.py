@@ -5,7 +5,9 @@ by Spark. It keeps no state.
 Per epoch the log rows' ops become weights (+1 for +I and +U, -1 for -D and -U) in the same select
 as the expressions, and the projections above the scan extend the same DataFrame (`Project.frame`):
 the whole stateless chain is one Spark job, collected once. Over a source, the source's own read
-computes the chain instead (`fused`, `stream/fusion.py`)."""
+computes the chain instead (`fused`, `stream/fusion.py`). A small change the driver holds is
+evaluated in Arrow instead, window and all, where every expression compiles (`arrow_delta`,
+`stream/arrow_chain.py`)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pyspark.sql import functions as F
 
 from sparkwave.core.chunk import Op
 from sparkwave.core.zset import W
+from sparkwave.stream import arrow_chain
 from sparkwave.stream.expressions import Expr, expr_or_none, exprs_of, references
 from sparkwave.stream.operator import (
     EpochIO,
@@ -108,6 +111,22 @@ class Scan(Operator):
 
     def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
         return self._collected(io, root)
+
+    def arrow_delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        log = io.held_rows(self.relation)
+        if log is None:
+            return None
+        return arrow_chain.evaluate(lambda: self._arrow(log, root))
+
+    def _arrow(self, log: pa.Table, root: bool) -> pa.Table | None:
+        rows = arrow_chain.scan_input(log)
+        w = self.window
+        if w is not None:
+            rows = arrow_chain.window_rows(rows, w.time, w.size, w.slide if w.kind == "hop" else None)
+        types = arrow_chain.input_types(rows.schema)
+        step = arrow_chain.compiled(self.arrow_steps, tuple(types.items()), lambda: arrow_chain.compile_step(
+            self.exprs, self.predicate, self.columns, types, self.key, filter_first=False))
+        return None if step is None else arrow_chain.run_step(step, rows, root=root)
 
     def fused(self, rows: DataFrame, prefix: str, guard: str) -> Fused:
         """The scan inside the job that reads its upstream's log rows `rows`, for the rows where

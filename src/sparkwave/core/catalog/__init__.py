@@ -1,12 +1,13 @@
 """The catalog: SQLite (WAL) inside the warehouse.
 
-It is the source of truth for what is committed. A Delta commit that the catalog does not know of
-is uncommitted work, redone or skipped on recovery. `Catalog` is composed of one part per concern,
+It is the source of truth for what is committed. The relations' Delta logs follow it: an epoch's
+log files go into them after its catalog commit, a few epochs at a time. `Catalog` is composed of one part per concern,
 each its own module; its schema has a version and numbered migrations (`migrations.py`). Tables:
 
 - `relations(name, kind, schema, definition, created_epoch)`: tables and MVs (`relations.py`).
 - `epochs(epoch, state, plan, ...)`: each epoch's plan, persisted before it executes (`epochs.py`).
-- `log_files(relation, epoch, path, rows, version)`: the epoch -> log file / Delta version map.
+- `log_files(relation, epoch, path, rows, version)`: the epoch -> log file map, with the Delta version
+  holding each file (-1 until the Delta follower has committed it, `meta/delta_follower.py`).
 - `base_files(relation, epoch, path, rows)` + `bases(relation, epoch, version)`: compacted bases (`files.py`).
 - `source_offsets(relation, split, offset)`: committed offsets, written with the epoch's commit.
 - `source_errors(relation, split, offset, epoch, error, raw)`: bad source records, committed with
@@ -38,7 +39,7 @@ from __future__ import annotations
 from sparkwave.core.catalog.connection import CORE_TABLES, CatalogBase, catalog_problem
 from sparkwave.core.catalog.dml import ConsumedBatch, DmlBatch, DmlMixin
 from sparkwave.core.catalog.epochs import BadRecord, EpochsMixin, NewLogFile, PlannedEpoch
-from sparkwave.core.catalog.files import Base, EpochRows, FilesMixin, LogFile, LogTotal
+from sparkwave.core.catalog.files import NOT_IN_DELTA, Base, EpochRows, FilesMixin, LogFile, LogTotal, PendingLogFile
 from sparkwave.core.catalog.history import KEPT_EPOCHS, KEPT_REQUESTS, HistoryMixin
 from sparkwave.core.catalog.jobs import KEPT_JOB_STEPS, Chunk, JobRow, JobsMixin, JobStep, Phase
 from sparkwave.core.catalog.migrations import ALL_UPSTREAMS
@@ -56,9 +57,10 @@ class Catalog(RelationsMixin, SinksMixin, EpochsMixin, DmlMixin, SourcesMixin, R
 
 
 __all__ = [
-    "ALL_UPSTREAMS", "CORE_TABLES", "KEPT_EPOCHS", "KEPT_JOB_STEPS", "KEPT_REQUESTS", "BadRecord", "Base", "Catalog",
-    "CatalogBase", "Chunk", "ConsumedBatch", "Definition", "DmlBatch", "DmlMixin", "EpochRanges", "EpochRows",
-    "EpochsMixin", "FilesMixin", "HistoryMixin", "JobRow", "JobStep", "JobsMixin", "LogFile", "LogTotal",
-    "NewLogFile", "Phase", "PinsMixin", "PlannedEpoch", "Ranges", "Relation", "RelationsMixin", "Request",
-    "RequestsMixin", "SettingsMixin", "SinkRow", "SinksMixin", "SourceError", "SourcesMixin", "catalog_problem",
+    "ALL_UPSTREAMS", "CORE_TABLES", "KEPT_EPOCHS", "KEPT_JOB_STEPS", "KEPT_REQUESTS", "NOT_IN_DELTA", "BadRecord",
+    "Base", "Catalog", "CatalogBase", "Chunk", "ConsumedBatch", "Definition", "DmlBatch", "DmlMixin", "EpochRanges",
+    "EpochRows", "EpochsMixin", "FilesMixin", "HistoryMixin", "JobRow", "JobStep", "JobsMixin", "LogFile", "LogTotal",
+    "NewLogFile", "PendingLogFile", "Phase", "PinsMixin", "PlannedEpoch", "Ranges", "Relation", "RelationsMixin",
+    "Request", "RequestsMixin", "SettingsMixin", "SinkRow", "SinksMixin", "SourceError", "SourcesMixin",
+    "catalog_problem",
 ]

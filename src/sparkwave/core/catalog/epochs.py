@@ -12,7 +12,7 @@ from sparkwave.core.catalog.connection import CatalogBase
 
 # What `commit_epoch` records (plain tuples are welcome): an epoch's log file of one relation, and
 # one bad source record it kept.
-NewLogFile = tuple[str, str, int, int]  # (relation, path, rows, Delta version)
+NewLogFile = tuple[str, str, int, int]  # (relation, path, rows, Delta version or NOT_IN_DELTA: the main graph's)
 BadRecord = tuple[str, str, int, str, str | None]  # (relation, split, offset, error, raw payload)
 
 

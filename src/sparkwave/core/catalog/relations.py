@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkwave.core.catalog.files import DELTA_RETIRE
 from sparkwave.core.catalog.jobs import Phase
 from sparkwave.core.catalog.pins import PinsMixin
 from sparkwave.core.errors import CatalogError
@@ -136,7 +137,7 @@ class RelationsMixin(PinsMixin):
             db.execute("DELETE FROM pins WHERE holder = ?", (f"job:{job[0]}",))
         db.execute("DELETE FROM jobs WHERE relation = ?", (name,))
         db.execute("DELETE FROM relations WHERE name = ?", (name,))
-        db.execute("DELETE FROM settings WHERE key = ?", (f"retained_from.{name}",))
+        db.execute("DELETE FROM settings WHERE key IN (?, ?)", (f"retained_from.{name}", DELTA_RETIRE + name))
         for table in (*RELATION_TABLES, "dml"):
             db.execute(f"DELETE FROM {table} WHERE relation = ?", (name,))
 

@@ -6,9 +6,9 @@ between any two steps is recovered by replaying the plan):
 2. **Execute** (`schedule.py`, each relation's step in `stream/execute.py`) every relation in
    dependency order on Spark. A table turns its intents into log rows; an MV runs its operator tree
    over its upstreams' log rows of the epoch.
-3. **Commit** (`commit.py`) each changed relation's log as one Delta version tagged with the
-   epoch, then the epoch in the catalog together with the source offsets. Only the catalog commit
-   makes the epoch visible.
+3. **Commit** (`commit.py`) the epoch in the catalog: each changed relation's log file and the
+   source offsets. Only the catalog commit makes the epoch visible; the relations' Delta logs
+   follow a few epochs behind (`meta/delta_follower.py`).
 
 A failed attempt is retried with backoff (`failures.py` takes out an MV that keeps failing); a
 DROP may abandon the running epoch and resume the loop once it is done."""
@@ -64,11 +64,17 @@ class BarrierLoop(Service):
         self.committer = Committer(rt, listeners)
         self._attempts = 0
         self._group = "sparkwave-epoch-0"  # the Spark job group of the running attempt's jobs
+        self._joined = threading.local()  # the group each thread last joined (`_in_epoch_group`)
 
     # --- thread --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.committer.start()  # the Delta follower, which catches the Delta logs up first thing
+        super().start()
+
     def stop(self) -> None:
         super().stop()
         self.scheduler.shutdown()
+        self.committer.close()  # after the last epoch: the Delta logs get every committed one
 
     @property
     def _flush_requests(self) -> int:
@@ -95,9 +101,15 @@ class BarrierLoop(Service):
         self.wake()
 
     def _in_epoch_group(self) -> None:
+        """Put this thread's Spark jobs in the running attempt's group, once per thread and attempt:
+        a pool thread runs many relations of an attempt, and each join is a few Py4J calls (nothing
+        else sets a group on the loop's threads)."""
+        if getattr(self._joined, "group", None) == self._group:
+            return
         sc = self.rt.spark.sparkContext
         sc.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
         sc.setJobGroup(self._group, "sparkwave epoch", interruptOnCancel=True)
+        self._joined.group = self._group
 
     def _run(self) -> None:
         # A plan a crash left uncommitted is replayed here at once, not in `connect()`: however big

@@ -73,6 +73,7 @@ class Scheduler:
         returns each relation's execute time (ms). The first failure stops further starts; the
         running ones finish, and it is raised (as `EpochAbandoned` if the epoch was abandoned)."""
         names = {r.name for r in e.relations}
+        self.executor.keep_only(names)
         waiting = {r.name: ({u for u in r.upstreams if u in names}, r) for r in e.relations}
         done: set[str] = set()
         running: dict[Future, str] = {}
