@@ -137,7 +137,7 @@ def test_sigterm_mid_pipeline_then_restart_recovers_exactly(tmp_path):
             w.start()
         _acked(writers, 40)
         c.execute("SET background_ddl = true")
-        c.execute("SET backfill_rate_limit = 2")  # rows a second: the backfill is still running at the stop
+        c.execute("SET backfill_rate_limit = 0")  # paused: the backfill is in flight at the stop, however fast
         c.execute(f"CREATE MATERIALIZED VIEW slow AS {SLOW}")
         server.wait_for("view slow")  # its phase, printed by the watcher
         _acked(writers, 80)
