@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -87,6 +87,17 @@ class MemoryStates:
         """Committed rows whose `by` columns equal a row of `keys` (NULL matches NULL)."""
         wanted = {tuple(r[c] for c in by) for r in keys.select(by).to_pylist()}
         found = [r for r in self.rows.get(suffix, {}).values() if tuple(r[c] for c in by) in wanted]
+        return pa.Table.from_pylist(found, schema=self.schemas[suffix].arrow())
+
+    def between(self, suffix: str, column: str, ranges: list[tuple[int, int]]) -> pa.Table:
+        """Committed rows whose timestamp `column` (microseconds since 1970, UTC) lies in a closed range."""
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+
+        def micros(v: datetime) -> int:
+            return ((v if v.tzinfo else v.replace(tzinfo=UTC)) - epoch) // timedelta(microseconds=1)
+
+        found = [r for r in self.rows.get(suffix, {}).values()
+                 if r[column] is not None and any(lo <= micros(r[column]) <= hi for lo, hi in ranges)]
         return pa.Table.from_pylist(found, schema=self.schemas[suffix].arrow())
 
     def stage(self, suffix: str, changes: pa.Table) -> None:

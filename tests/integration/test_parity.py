@@ -55,6 +55,11 @@ MVS = {
                   "FROM r GROUP BY ex, k) q ON l.ex = q.ex AND l.k = q.k",
     # the left side kept as the append-only table's rows (linked by a build)
     "j_right_table": "SELECT e.ex, e.k, e.v, r.id AS rid, r.w FROM e RIGHT JOIN r ON e.ex = r.ex AND e.k = r.k",
+    # ASOF joins (`stream/asof_join.py`): integer times with ties, a tie to the least right key
+    "asof_inner": "SELECT l.ex, l.id, l.v, r.id AS rid, r.w FROM l ASOF JOIN r ON l.ex = r.ex AND l.k = r.k "
+                  "AND l.v >= r.w",
+    "asof_left_agg": "SELECT l.ex, l.id, q.n, q.mw FROM l ASOF LEFT JOIN (SELECT ex, k, count(*) AS n, max(w) AS mw "
+                     "FROM r GROUP BY ex, k) q ON l.ex = q.ex AND l.k = q.k AND l.v < q.mw",
     # every aggregate function, exact under retractions (value counts for min, max, count distinct)
     "a_group": "SELECT ex, k, count(*) AS n, count(v) AS cv, sum(v) AS s, avg(v) AS a, min(v) AS mn, max(v) AS mx, "
                "count(DISTINCT v) AS cd, sum(x) AS sx, avg(x) AS ax, max(x) AS mxx FROM l GROUP BY ex, k",
@@ -62,6 +67,10 @@ MVS = {
     # append-only min and max (no value counts) below an aggregate above the build's top aggregate
     "a_top": "SELECT ex, n, count(*) AS groups, sum(mx) AS total, min(mn) AS least FROM (SELECT ex, k, count(*) AS n, "
              "max(v) AS mx, min(v) AS mn FROM e GROUP BY ex, k) q GROUP BY ex, n",
+    # ordered aggregates: window functions over the group below a max (`frontend/plan/ordered_aggs.py`)
+    "o_group": "SELECT ex, k, first_value(v ORDER BY id) AS fv, last_value(x ORDER BY v, id) AS lv, "
+               "percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS pc, percentile_disc(0.5) WITHIN GROUP "
+               "(ORDER BY x DESC) AS pd, mode() WITHIN GROUP (ORDER BY v) AS md FROM l GROUP BY ex, k",
     # window functions, and a top-n of them
     "w_top": "SELECT ex, k, id, v, total FROM (SELECT ex, k, id, v, sum(v) OVER (PARTITION BY ex, k) AS total, "
              "row_number() OVER (PARTITION BY ex, k ORDER BY v DESC, id) AS rn FROM l) q WHERE rn <= 2",

@@ -27,7 +27,8 @@ from sparkwave.frontend.plan.types import TypeOracle
 from sparkwave.frontend.statements import CreateMaterializedView, Explain, Query, parse
 
 HERE = Path(__file__).parent
-_RELATION = re.compile(r"-- (table|mv|source) (\w+) \((.*)\) key \((.*)\)( append only)?")
+_RELATION = re.compile(r"-- (table|mv|source) (\w+) \((.*)\) key \(([^)]*)\)( append only)?"
+                       r"(?: watermark \((\w+), (\d+)\))?")  # WATERMARK FOR col AS col - delay (microseconds)
 
 
 @dataclass
@@ -41,8 +42,10 @@ class Case:
 def relation_line(rel: Relation) -> str:
     cols = ", ".join(f"{c.name} {c.type.name}" + (" hidden" if c.hidden else "") for c in rel.schema.columns)
     kind = "table" if rel.kind == "table" else rel.kind
+    wm = rel.definition.get("watermark")
     return f"-- {kind} {rel.name} ({cols}) key ({', '.join(rel.schema.key)})" + \
-        (" append only" if rel.schema.append_only else "")
+        (" append only" if rel.schema.append_only else "") + \
+        (f" watermark ({wm['column']}, {wm['delay']})" if wm else "")
 
 
 def catalog_of(case: Case, types: TypeOracle) -> StaticCatalog:
@@ -55,7 +58,8 @@ def catalog_of(case: Case, types: TypeOracle) -> StaticCatalog:
             name, type_name, *hidden = c.split(" ")
             cols.append(Column(name, SqlType(type_name), hidden=bool(hidden)))
         key = tuple(k for k in m.group(4).split(", ") if k)
-        catalog.add(m.group(2), m.group(1), Schema(tuple(cols), key, bool(m.group(5))))
+        watermark = {"column": m.group(6), "delay": int(m.group(7))} if m.group(6) else None
+        catalog.add(m.group(2), m.group(1), Schema(tuple(cols), key, bool(m.group(5))), watermark)
     return catalog
 
 

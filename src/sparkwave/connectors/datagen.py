@@ -15,6 +15,7 @@ import math
 import re
 from datetime import datetime
 
+import pyarrow as pa
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -114,6 +115,11 @@ class Datagen(Connector):
     @property
     def splits(self) -> list[str]:
         return [str(i) for i in range(self.num_splits)]
+
+    def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+        """The split and offset of each row from its `_seq` (`_select`): a watermark is kept per split."""
+        s = seq.to_numpy()
+        return pa.array((s >> ROW_ID_SPLIT_SHIFT).astype(str)), pa.array(s & ((1 << ROW_ID_SPLIT_SHIFT) - 1))
 
     def limit(self, split: str) -> int | None:
         ends = []

@@ -68,8 +68,11 @@ def _replace(root: Operator, old: Operator, new: Operator) -> None:
     """Make every parent of `old` read `new` instead."""
     for op in root.walk():
         for f in fields(op):
-            if getattr(op, f.name) is old:
+            value = getattr(op, f.name)
+            if value is old:
                 setattr(op, f.name, new)
+            elif isinstance(value, list) and any(v is old for v in value):  # a union's inputs
+                setattr(op, f.name, [new if v is old else v for v in value])
 
 
 def _match(a: Operator, b: Operator) -> Names | None:

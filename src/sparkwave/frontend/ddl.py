@@ -20,6 +20,7 @@ from sparkwave.core.schema import Column, Schema, column_name_problem, parse_typ
 from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.progress_bars import JobBars
 from sparkwave.frontend.statements import CreateMaterializedView, CreateSink, CreateTable, Drop, Statement
+from sparkwave.frontend.watermark_ddl import declared
 from sparkwave.meta.barrier import BarrierLoop
 from sparkwave.meta.creating_job import Strategy
 from sparkwave.meta.jobs import FOREGROUND_FAILURES, CreatingJobs
@@ -123,6 +124,8 @@ class Ddl:
             key = ["_row_id"]
         schema = Schema(tuple(columns), tuple(key), append_only)
         definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        if (watermark := declared(stmt, schema)) is not None:
+            definition["watermark"] = watermark.to_json()
         if (on_conflict := stmt.on_conflict) is not None:
             if append_only or key == ["_row_id"]:
                 raise stmt.error("ON CONFLICT needs a PRIMARY KEY: a table without one never has a conflict",

@@ -15,6 +15,7 @@ driver-side rows, or 5 * 10^8 single-partition Spark batches."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from sparkwave.core.errors import CatalogError, DataError, SqlError
 from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.local_frames import local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
-from sparkwave.frontend import value_size
+from sparkwave.frontend import returning, value_size
 from sparkwave.frontend.postgres import GROWING, bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Delete, Insert, Statement, Update
 from sparkwave.meta.runtime import Runtime
@@ -43,6 +44,23 @@ from sparkwave.storage.lookup import lookup
 DML_SEQ_BASE = 1 << 62  # DML sorts after any source row of the same epoch (a source's `_seq` is its offset)
 PARTITION_IDS = 1 << 33  # `monotonically_increasing_id()`: the partition's index << 33, plus the row's in it
 OLD_BATCH_SHIFT = 42  # before `reserve_ids`, batch n's ids began at DML_SEQ_BASE + (n << 42)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a DML statement staged: its row count and, with RETURNING, the rows it returns
+    (`returning.py`)."""
+
+    count: int
+    rows: DataFrame | None = None
+
+
+def _staged(rt: Runtime, stmt: Statement, rel: Relation, df: DataFrame, op: Op) -> Written:
+    """`df`'s rows staged as intents `op`; with RETURNING, collected first and returned as staged."""
+    if returning.returning_list(stmt) is None:
+        return Written(stage(rt, rel, df, op))
+    rows = _stage_arrow_rows(rt, rel, returning.staged_rows(df, rel), op)
+    return Written(rows.num_rows, returning.returned(rt, stmt, rel, rows))
 
 
 def reserve_ids(rt: Runtime, batch: int, space: int) -> int:
@@ -184,7 +202,7 @@ def target_table(rt: Runtime, stmt: Statement, table: exp.Expr | None) -> Relati
     return rel
 
 
-def insert_values(rt: Runtime, stmt: Insert) -> int:
+def insert_values(rt: Runtime, stmt: Insert) -> Written:
     ast = stmt.ast
     assert isinstance(ast, exp.Insert)
     target = ast.this
@@ -197,8 +215,7 @@ def insert_values(rt: Runtime, stmt: Insert) -> int:
         raise stmt.error("INSERT ... ON CONFLICT is not supported: as in RisingWave, the rule belongs to the table "
                          "(CREATE TABLE ... ON CONFLICT DO NOTHING | DO UPDATE IF NOT NULL | OVERWRITE)", "ON CONFLICT")
     if ast.args.get("returning") is not None:
-        raise stmt.error("RETURNING is not supported: INSERT ... RETURNING (an INSERT is applied at the next "
-                         "epoch)", "RETURNING")
+        returning.check_insert(stmt, rel)
     visible = [c.name for c in rel.schema.visible]
     columns = columns_given or visible
     for c in columns:
@@ -223,7 +240,11 @@ def insert_values(rt: Runtime, stmt: Insert) -> int:
         tuples.append(items)
     literal = _literal_table(columns, tuples)
     if literal is not None:
-        return insert_arrow(rt, rel, literal)
+        _check_insert_columns(rel, literal.column_names)
+        value_size.check_arrow(literal, rel.name, f"insert into {rel.name}")
+        staged = _stage_arrow_rows(rt, rel, literal, Op.INSERT)
+        return Written(staged.num_rows, returning.returned(rt, stmt, rel, staged)
+                       if returning.returning_list(stmt) is not None else None)
     rows = [[to_spark(i, [], rt.spark) for i in items] for items in tuples]
     names = ", ".join(f"`{c}`" for c in columns)
     # Spark evaluates an inline table (VALUES) as it analyses it, and refuses one whose values may
@@ -235,8 +256,9 @@ def insert_values(rt: Runtime, stmt: Insert) -> int:
     try:
         df = rt.spark.sql(query)
     except Exception as e:
-        raise DataError(f"INSERT INTO {rel.name}: {str(e).splitlines()[0][:300]}") from None
-    return stage(rt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), Op.INSERT)
+        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise DataError(f"INSERT INTO {rel.name}: {first[:300]}") from None
+    return _staged(rt, stmt, rel, checked_cast(rt, rel, df, f"INSERT INTO {rel.name}"), Op.INSERT)
 
 
 class _NotLiteral(Exception):
@@ -264,10 +286,19 @@ def _literal(node: exp.Expr) -> object:
     raise _NotLiteral
 
 
+def _unknown_as_text(values: list[object]) -> list[object]:
+    """A column of numbers and quoted literals (`VALUES (10), ('5')`) as text: PostgreSQL gives a
+    quoted literal no type until it meets the column's, so the cast to the column decides both."""
+    if any(isinstance(v, str) for v in values) and any(isinstance(v, int | Decimal) and not isinstance(v, bool)
+                                                      for v in values):
+        return [v if v is None or isinstance(v, str) else str(v) for v in values]
+    return values
+
+
 def _literal_table(columns: list[str], tuples: list[list[exp.Expr]]) -> pa.Table | None:
     """VALUES made only of literals, as an Arrow table (None: let Spark evaluate them)."""
     try:
-        cols = [[_literal(t[i]) for t in tuples] for i in range(len(columns))]
+        cols = [_unknown_as_text([_literal(t[i]) for t in tuples]) for i in range(len(columns))]
         return pa.table({c: pa.array(v) for c, v in zip(columns, cols, strict=True)})
     except (_NotLiteral, pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
         return None
@@ -317,6 +348,11 @@ def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
 
 def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
     """Stage rows that are on the driver (absent columns NULL), cast with pyarrow, as intents `op`."""
+    return _stage_arrow_rows(rt, rel, data, op).num_rows
+
+
+def _stage_arrow_rows(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> pa.Table:
+    """`_stage_arrow`, returning the rows staged (`_op`, `_seq` and the table's columns)."""
     n = data.num_rows
     batch = rt.catalog.next_counter("dml_batch", 1)
     first = reserve_ids(rt, batch, max(1, n))
@@ -345,13 +381,12 @@ def _stage_arrow(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> int:
         write_table(table.slice(lo, limit), path / "part-0.parquet")
         batches.append((str(path), min(limit, n - lo)))
     rt.catalog.stage_dml(rel.name, batches)
-    return n
+    return table
 
 
-def update(rt: Runtime, stmt: Update, epoch: int) -> int:
+def update(rt: Runtime, stmt: Update, epoch: int) -> Written:
     ast = stmt.ast
     assert isinstance(ast, exp.Update)
-    _refuse_returning(stmt, ast, "UPDATE")
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "UPDATE")
     assignments: dict[str, str] = {}
@@ -373,13 +408,12 @@ def update(rt: Runtime, stmt: Update, epoch: int) -> int:
                              for c in rel.schema.columns])
     except Exception as e:
         raise SqlError(f"UPDATE {rel.name}: {str(e).splitlines()[0][:300]} (at {stmt.where()})") from None
-    return stage(rt, rel, checked_cast(rt, rel, df, f"UPDATE {rel.name}"), Op.UPDATE_INSERT)
+    return _staged(rt, stmt, rel, checked_cast(rt, rel, df, f"UPDATE {rel.name}"), Op.UPDATE_INSERT)
 
 
-def delete(rt: Runtime, stmt: Delete, epoch: int) -> int:
+def delete(rt: Runtime, stmt: Delete, epoch: int) -> Written:
     ast = stmt.ast
     assert isinstance(ast, exp.Delete)
-    _refuse_returning(stmt, ast, "DELETE")
     rel = target_table(rt, stmt, ast.this)
     _refuse_append_only(stmt, rel, "DELETE")
     keys = None if any(ast.args.get(a) for a in ("using", "returning")) else _key_literals(rel, ast)
@@ -393,16 +427,8 @@ def delete(rt: Runtime, stmt: Delete, epoch: int) -> int:
                          pa.schema([("_vnode", pa.int16()), (k, column.type.arrow)]))
         found = lookup(rt.catalog, rel.name, rel.schema, epoch, keyed)
         rt.check_retained(rel, epoch)  # the files read were those of `epoch`: retention did not remove any
-        return _stage_arrow(rt, rel, found, Op.KEY_DELETE)
-    return stage(rt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
-
-
-def _refuse_returning(stmt: Statement, ast: exp.Expr, what: str) -> None:
-    """RETURNING is refused by name: a change is applied at the next epoch, so there are no rows to
-    return when the statement ends (it was silently dropped before)."""
-    if ast.args.get("returning") is not None:
-        raise stmt.error(f"RETURNING is not supported: {what} ... RETURNING (a change is applied at the next "
-                         "epoch, so it has no rows to return yet)", "RETURNING")
+        return Written(_stage_arrow(rt, rel, found, Op.KEY_DELETE))
+    return _staged(rt, stmt, rel, _matching(rt, stmt, rel, ast, epoch), Op.KEY_DELETE)
 
 
 def _key_literals(rel: Relation, ast: exp.Expr) -> pa.Table | None:

@@ -177,6 +177,8 @@ class _Bounds:
 
     def _join(self, op: Join) -> float:
         left, right = self.rows(op.left), self.rows(op.right)
+        if op.op == "asof_join":
+            return left  # each left row once, matched or (ASOF LEFT) padded
         padded = {"left": left, "right": right, "full": left + right}.get(op.join_type, 0)
         # a side matched on its whole key matches each row of the other side at most once
         if op.right.key and set(op.right.key) <= set(op.right_keys):

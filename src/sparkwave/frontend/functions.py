@@ -104,6 +104,8 @@ FUNCTIONS: dict[type[exp.Expr] | str, Function] = {
     exp.CurrentTimestamp: Function(("now", "current_timestamp"), "date/time", "current_timestamp",
                                    deterministic=False),
     exp.CurrentDate: Function(("current_date",), "date/time", "current_date", deterministic=False),
+    "proctime": Function(("proctime",), "date/time", "FOR SYSTEM_TIME AS OF PROCTIME() only: a temporal join",
+                         deterministic=False),
     # conditional
     exp.Case: Function(("case",), "conditional", "CASE"),
     exp.If: Function((), "conditional", "CASE's WHEN branches"),
@@ -121,6 +123,10 @@ FUNCTIONS: dict[type[exp.Expr] | str, Function] = {
     exp.LogicalOr: Function(("bool_or",), "aggregate", "bool_or"),
     "every": Function(("every",), "aggregate", "every"),
     exp.GroupConcat: Function(("string_agg",), "aggregate", "string_agg"),
+    exp.Grouping: Function(("grouping",), "aggregate", "a constant per grouping set: frontend/plan/grouping_sets.py"),
+    exp.PercentileCont: Function(("percentile_cont",), "aggregate", f"sort_array(collect_list(...)), {_PG}"),
+    exp.PercentileDisc: Function(("percentile_disc",), "aggregate", f"sort_array(collect_list(...)), {_PG}"),
+    exp.Mode: Function(("mode",), "aggregate", "mode(x, true)"),
     exp.Stddev: Function(("stddev",), "aggregate", "stddev"),
     exp.StddevSamp: Function(("stddev_samp",), "aggregate", "stddev_samp"),
     exp.StddevPop: Function(("stddev_pop",), "aggregate", "stddev_pop"),
@@ -204,6 +210,9 @@ def _check_call(node: exp.Func, text: str, error: Callable[[str, str | None], Sq
         hint = _HINTS.get(shown.lower())
         raise error(f"function {shown} is not supported" + (f": {hint}" if hint else "; see the README's "
                                                             "Functions section for those that are"), shown)
+    if fn.names == ("proctime",) and not isinstance(node.parent, exp.Version):
+        raise error("PROCTIME() is supported only in a temporal join of a materialized view: "
+                    "[LEFT] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() ON s.k = t.k", shown)
     in_from = isinstance(node.parent, _FROM_ITEM) and node.arg_key == "this"  # not a JOIN's ON
     if fn.group == "table" and not in_from:
         raise error(f"{shown} is a table function: it may only be a FROM item", shown)

@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from sparkwave.core.epoch import epoch_ms
 from sparkwave.frontend import overview
+from sparkwave.frontend.watermark_show import watermark_metrics
 from sparkwave.meta.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def _sources(session: Session) -> list[Metric]:
         if p.relation not in seen:
             seen.add(p.relation)
             bad.add_metric([p.relation], p.bad_records)
-    return [committed, high, behind, bad]
+    return [committed, high, behind, bad, *watermark_metrics(session.rt.catalog)]
 
 
 def _sinks(session: Session) -> list[Metric]:

@@ -39,6 +39,7 @@ from pyspark.sql.types import (
 from sqlglot import exp
 
 from sparkwave.core.errors import SqlError
+from sparkwave.frontend.ordered_sets import ordered_set_value
 
 TypeOf = Callable[[exp.Expr], DataType | None]
 _LIMITS = {ShortType: (-(2**15), 2**15 - 1), IntegerType: (-(2**31), 2**31 - 1), LongType: (-(2**63), 2**63 - 1)}
@@ -233,10 +234,35 @@ def _similar_to(node: exp.SimilarTo, type_of: TypeOf) -> exp.Expr | None:
     raise SqlError("SIMILAR TO is not supported; write LIKE, or ~ with a regular expression")
 
 
+def _within_group(node: exp.WithinGroup, type_of: TypeOf) -> exp.Expr | None:
+    """percentile_cont / percentile_disc / mode in a query: PostgreSQL's values (`ordered_sets.py`), not
+    Spark's percentile_approx that sqlglot would write."""
+    keys = node.expression.expressions if isinstance(node.expression, exp.Order) else []
+    name = node.this.sql_name().lower() if isinstance(node.this, exp.Func) else "WITHIN GROUP"
+    if len(keys) != 1:
+        raise SqlError(f"{name}() WITHIN GROUP takes exactly one ORDER BY expression")
+    try:
+        return ordered_set_value(node.this, keys[0].this, bool(keys[0].args.get("desc")), lambda f: f)
+    except ValueError as e:
+        raise SqlError(str(e)) from None
+
+
+def _ordered_first_last(node: exp.FirstValue | exp.LastValue, type_of: TypeOf) -> exp.Expr | None:
+    """RisingWave's first_value / last_value aggregates (`x ORDER BY y`) are planned in MVs only
+    (`plan/ordered_aggs.py`); Spark has no such aggregate. A window function's call passes unchanged."""
+    if isinstance(node.this, exp.Order) and not isinstance(node.parent, exp.Window):
+        name = node.sql_name().lower()
+        raise SqlError(f"{name}(x ORDER BY y) as an aggregate is supported in materialized views, not in queries; "
+                       f"write {name}(x) OVER (PARTITION BY ... ORDER BY y ROWS BETWEEN UNBOUNDED PRECEDING AND "
+                       "UNBOUNDED FOLLOWING)")
+    return None
+
+
 _RULES: list[tuple[type | tuple[type, ...], Callable[..., exp.Expr | None]]] = [
     ((exp.Add, exp.Sub, exp.Mul), _arith), (exp.Neg, _neg), (exp.Abs, _abs), (exp.Cast, _cast),
     (exp.Round, _round), (exp.Log, _log), (exp.Substring, _substring), ((exp.Left, exp.Right), _left_right),
     (exp.Initcap, _initcap), (exp.RegexpReplace, _regexp_replace), (exp.Extract, _extract),
-    (exp.SimilarTo, _similar_to), ((exp.AtTimeZone, exp.Anonymous), _at_time_zone),
+    (exp.SimilarTo, _similar_to), ((exp.AtTimeZone, exp.Anonymous), _at_time_zone), (exp.WithinGroup, _within_group),
+    ((exp.FirstValue, exp.LastValue), _ordered_first_last),
 ]
 NODES = tuple(k for kinds, _ in _RULES for k in (kinds if isinstance(kinds, tuple) else (kinds,)))

@@ -1,7 +1,7 @@
 """Rewrites of an MV's query into the forms the planner plans, each with PostgreSQL's meaning:
 
-- `WITH name AS (...)`: each reference to a CTE becomes that subquery (a CTE used twice is planned
-  twice; later CTEs may use earlier ones);
+- `WITH name [(a, b)] AS (...)`: each reference to a CTE becomes that subquery, its column list the
+  subquery alias's (a CTE used twice is planned twice; later CTEs may use earlier ones);
 - `agg(x) FILTER (WHERE c)`: `agg(CASE WHEN c THEN x END)` (`count(*)` counts `CASE WHEN c THEN 1
   END`): aggregates skip NULLs, so the rows failing `c` add nothing;
 - window functions in an aggregating or DISTINCT query: the grouping in a subquery (each group
@@ -24,14 +24,19 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sparkwave.core.errors import SqlError
-from sparkwave.frontend.subqueries import HIDDEN_PREFIX, unnest
+from sparkwave.frontend.subqueries import HIDDEN_PREFIX, ColumnsOf, unnest
 
 
-def rewrite(query: exp.Expr) -> exp.Expr:
+def rewrite(query: exp.Expr, columns_of: ColumnsOf | None = None) -> exp.Expr:
+    """`query` in the planner's forms; `columns_of` names a relation's columns (for subqueries'
+    unqualified outer columns)."""
     query = _inline_ctes(query.copy())
     for f in list(query.find_all(exp.Filter)):
-        if isinstance(f.this, exp.AggFunc):
+        if isinstance(f.this, exp.AggFunc) and not isinstance(f.this, exp.FirstValue | exp.LastValue):  # (refused)
             f.replace(_filtered(f.this, f.expression.this))
+    for setop in reversed(list(query.find_all(exp.SetOperation))):  # its ORDER BY ... LIMIT: a SELECT's
+        if any(setop.args.get(a) for a in ("order", "limit", "offset")):
+            query = _replace(query, setop, _set_operation_top(setop))
     for sel in reversed(list(query.find_all(exp.Select))):  # innermost first: an outer one copies them
         if any(e.find(exp.Window) for e in sel.expressions) and (_aggregating(sel) or sel.args.get("distinct")):
             split = _windows_after_grouping(sel)
@@ -55,7 +60,7 @@ def rewrite(query: exp.Expr) -> exp.Expr:
                 new = exp.alias_(new, node.name.lower() if isinstance(node, exp.Anonymous) else
                                  "bool_or" if isinstance(node, exp.LogicalOr) else "bool_and")
             node.replace(new)
-    return unnest(query)
+    return unnest(query, columns_of)
 
 
 def _aggregating(sel: exp.Select) -> bool:
@@ -169,32 +174,33 @@ def _inline_ctes(query: exp.Expr) -> exp.Expr:
     if with_.args.get("recursive"):
         raise SqlError("WITH RECURSIVE is not supported in a materialized view")
     query.set(key, None)
-    ctes: dict[str, exp.Expr] = {}
+    ctes: dict[str, tuple[exp.Expr, list[exp.Identifier]]] = {}
     for cte in with_.expressions:
         body = _inline(_inline_ctes(cte.this), ctes)
         name = cte.alias_or_name.lower()
-        if cte.args.get("alias") is not None and cte.args["alias"].columns:
-            raise SqlError(f"a column list on CTE {name!r} is not supported; alias the columns in its SELECT")
         if name in ctes:
             raise SqlError(f"WITH query name {name!r} specified more than once")
-        ctes[name] = body
+        alias = cte.args.get("alias")
+        ctes[name] = body, list(alias.columns) if alias is not None else []  # `WITH c(a, b) AS`: renames
     return _inline(query, ctes)
 
 
-def _inline(query: exp.Expr, ctes: dict[str, exp.Expr]) -> exp.Expr:
+def _inline(query: exp.Expr, ctes: dict[str, tuple[exp.Expr, list[exp.Identifier]]]) -> exp.Expr:
+    """Each reference to a CTE as its subquery, under the reference's alias; the CTE's column list and
+    the reference's (`FROM c AS z(p)`, which renames the first of them again) as the alias's columns."""
     for t in list(query.find_all(exp.Table)):
         if isinstance(t.this, exp.Anonymous) and t.this.expressions and isinstance(
                 first := t.this.expressions[0], exp.Column) and first.name.lower() in ctes:
             raise SqlError(f"{t.this.name.upper()} over CTE {first.name!r} is not supported; window a table or a "
                            "materialized view, or put the CTE's query in an MV first")
-        body = ctes.get(t.name.lower()) if isinstance(t.this, exp.Identifier) and not t.args.get("db") else None
-        if t.alias_or_name and isinstance(t.args.get("alias"), exp.TableAlias) and t.args["alias"].columns \
-                and body is not None:
-            raise SqlError(f"column aliases on {t.name!r} ({t.alias}(...)) are not supported; alias the columns in "
-                           "the CTE's SELECT")
-        if body is not None:
-            t.replace(exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(
-                t.alias or t.name))))
+        cte = ctes.get(t.name.lower()) if isinstance(t.this, exp.Identifier) and not t.args.get("db") else None
+        if cte is not None:
+            body, columns = cte
+            ref = t.args.get("alias")
+            renamed = list(ref.columns) if isinstance(ref, exp.TableAlias) else []
+            columns = renamed + columns[len(renamed):]
+            t.replace(exp.Subquery(this=body.copy(), alias=exp.TableAlias(
+                this=exp.to_identifier(t.alias or t.name), columns=[c.copy() for c in columns] or None)))
     return query
 
 
@@ -351,9 +357,44 @@ def _in_expression(sel: exp.Select) -> bool:
         parent = node.parent
         if isinstance(parent, exp.Exists | exp.In | exp.Any | exp.All):
             return True
+        if isinstance(parent, exp.Subquery) and isinstance(parent.parent, exp.SetOperation):
+            node = parent  # an operand of UNION / INTERSECT / EXCEPT: where the set operation is
+            continue
         if isinstance(parent, exp.Subquery) and not isinstance(parent.parent, exp.From | exp.Join):
             return True
         if isinstance(parent, exp.Subquery):
             return False
         node = parent
     return False
+
+
+def _set_operation_top(op: exp.SetOperation) -> exp.Expr:
+    """A set operation's `ORDER BY` (dropped without LIMIT / OFFSET, as a SELECT's) and `LIMIT n
+    [OFFSET m]` as a SELECT over it, for `_top_n`: ORDER BY names its output columns, or positions
+    in the first query's SELECT list."""
+    inner = op.copy()
+    for arg in ("order", "limit", "offset"):
+        inner.set(arg, None)
+    if not (op.args.get("limit") or op.args.get("offset")):
+        return inner
+    first: exp.Expr = op
+    while isinstance(first, exp.SetOperation | exp.Subquery):
+        first = first.this
+    outer = exp.select(exp.Star()).from_(exp.Subquery(this=inner, alias=exp.TableAlias(
+        this=exp.to_identifier(f"{HIDDEN_PREFIX}setop"))))
+    if op.args.get("order"):
+        order = op.args["order"].copy()
+        for o in order.expressions:
+            e = o.this
+            if isinstance(e, exp.Literal) and not e.is_string:
+                items = first.expressions if isinstance(first, exp.Select) else []
+                idx = int(e.name) - 1
+                if not 0 <= idx < len(items) or _is_star(items[idx]):
+                    raise SqlError(f"ORDER BY position {e.name} is not in the select list of the set operation's "
+                                   "first query; order by an output column's name")
+                o.set("this", exp.column(output_name(items[idx], idx)))
+        outer.set("order", order)
+    for arg in ("limit", "offset"):
+        if op.args.get(arg) is not None:
+            outer.set(arg, op.args[arg].copy())
+    return outer

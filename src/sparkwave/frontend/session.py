@@ -435,16 +435,17 @@ class Session:
                     str(strategy).lower(), settings.big_epoch_rows, settings.backfill_rate_limit))
         return self.spark.createDataFrame([(line,) for line in lines], "`QUERY PLAN` string")
 
-    def _do_insert(self, stmt: Insert) -> None:
+    def _do_insert(self, stmt: Insert) -> DataFrame | None:
+        """The rows of RETURNING, if given, as every DML statement below."""
         with grown_as_data_error(f"INSERT (at {stmt.where()})"):
-            dml.insert_values(self.rt, stmt)
+            return dml.insert_values(self.rt, stmt).rows
 
-    def _do_update(self, stmt: Update) -> None:
+    def _do_update(self, stmt: Update) -> DataFrame | None:
         with grown_as_data_error(f"UPDATE (at {stmt.where()})"):
-            dml.update(self.rt, stmt, self.committed_epoch)
+            return dml.update(self.rt, stmt, self.committed_epoch).rows
 
-    def _do_delete(self, stmt: Delete) -> None:
-        dml.delete(self.rt, stmt, self.committed_epoch)
+    def _do_delete(self, stmt: Delete) -> DataFrame | None:
+        return dml.delete(self.rt, stmt, self.committed_epoch).rows
 
     # Each kind of statement's handler (a CREATE SOURCE is created as the table it is declared as).
     HANDLERS: ClassVar[dict[type[Statement], Callable[[Session, Any], DataFrame | None]]] = {

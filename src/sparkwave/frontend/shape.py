@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sparkwave.frontend.functions import function_of
+from sparkwave.frontend.plan.temporal import WHERE_TO_WRITE, allowed_now
 from sparkwave.frontend.statements import Statement
 
 
@@ -30,8 +31,12 @@ def check_shape(stmt: Statement, q: exp.Select) -> None:
                          "the aggregate", "FILTER")
     for node in q.find_all(exp.Func):
         fn = function_of(node)
-        if fn is None or fn.deterministic:
+        if fn is None or fn.deterministic or (isinstance(node, exp.CurrentTimestamp) and allowed_now(node, q)) \
+                or isinstance(node.parent, exp.Version):  # FOR SYSTEM_TIME AS OF PROCTIME(): a temporal join
             continue
+        if isinstance(node, exp.CurrentTimestamp):
+            typed = "now" if stmt.where("now") != stmt.where() else "current_timestamp"
+            raise stmt.error(f"non-deterministic function {typed}() {WHERE_TO_WRITE}", typed)
         typed = next((w for w in fn.names if stmt.where(w) != stmt.where()), fn.names[0])
         raise stmt.error(f"non-deterministic function {typed}() is not allowed in a materialized view: its "
                          "result would differ between the backfill and the live updates", typed)

@@ -11,6 +11,7 @@ from sparkwave.core.limits import MAX_SHOW_ROWS
 from sparkwave.frontend.plan.explain import state_tables, stored_plan
 from sparkwave.frontend.sink_ddl import SECRET
 from sparkwave.frontend.statements import Describe, Show
+from sparkwave.frontend.watermark_show import describe_rows
 from sparkwave.meta.progress import job_infos, sink_infos
 from sparkwave.meta.runtime import Runtime
 from sparkwave.storage.state import state_relations
@@ -62,6 +63,7 @@ def describe(rt: Runtime, stmt: Describe) -> DataFrame:
     rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
         (c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
     words = dict(state_tables(rel.name, stored_plan(rel))) if rel.kind == "mv" else {}  # EXPLAIN's words
+    rows += describe_rows(rt.catalog, rel)  # its watermark, or that EMIT ON WINDOW CLOSE makes it append-only
     for state in state_relations(rt, rel):
         suffix = state.name.split(".", 1)[1]
         rows.append((state.name, "internal table", None, None,

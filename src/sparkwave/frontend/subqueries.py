@@ -21,7 +21,7 @@ correlation, one under `OR`) is refused with what to write instead."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sqlglot import exp
 
@@ -32,9 +32,15 @@ _SUBQUERY = (exp.Subquery, exp.Exists, exp.Any, exp.All)  # nodes that may hold 
 JOINED_PREFIX = "_sw_sq"  # the FROM items joined for subqueries (and window outputs): nor these
 
 
-def unnest(query: exp.Expr) -> exp.Expr:
+ColumnsOf = Callable[[str], "set[str] | None"]  # a relation's column names (None: no such relation)
+
+
+def unnest(query: exp.Expr, columns_of: ColumnsOf | None = None) -> exp.Expr:
     """`query` with every subquery outside FROM made a join; innermost first, so that a
-    subquery's own subqueries are joins of it before it is moved."""
+    subquery's own subqueries are joins of it before it is moved. With `columns_of`, an outer
+    column a subquery names unqualified (TPC-H's `WHERE p_partkey = ps_partkey`) is qualified first."""
+    if columns_of is not None:
+        qualify_outer(query, columns_of)
     ids = itertools.count(1)
     for sel in reversed(list(query.find_all(exp.Select))):
         _Unnester(sel, ids).run()
@@ -187,14 +193,20 @@ class _Unnester:
                 raise SqlError(f"unsupported scalar subquery ({body.sql(dialect='postgres')}) in {where}: a scalar "
                                "subquery must compute one aggregate without GROUP BY, HAVING or LIMIT (so that it "
                                "has exactly one row); join a subquery in FROM instead")
-            _, pairs = self.decorrelate(body, "scalar subquery", allow=False)
+            decorrelated, pairs = self.decorrelate(body, "scalar subquery", allow=not aggregated)
+            if pairs:
+                col: exp.Expr = self.correlated_scalar(decorrelated, pairs)
+                if sub is e:
+                    return col
+                sub.replace(col)
+                continue
             alias = self.alias()
             value = body.copy()
             first = value.expressions[0]
             value.set("expressions", [(first.unalias() if isinstance(first, exp.Alias) else first).as_(f"{alias}_v")])
             value.set("order", None)
             self.join(value, alias, None)
-            col: exp.Expr = exp.column(f"{alias}_v", table=alias)
+            col = exp.column(f"{alias}_v", table=alias)
             if aggregated and not _inside_aggregate(sub, e):
                 if not self.sel.args.get("group"):  # its one row would be lost with the last input row
                     raise SqlError(f"a scalar subquery in {where} of an aggregate without GROUP BY is not supported; "
@@ -205,6 +217,34 @@ class _Unnester:
                 return col
             sub.replace(col)
         return e
+
+    def correlated_scalar(self, body: exp.Select, pairs: list[tuple[exp.Expr, exp.Column]]) -> exp.Expr:
+        """A correlated scalar aggregate (TPC-H q2, q17, q20) as a LEFT JOIN with it grouped by its
+        correlation's inner expressions, on them equal to the outer columns. An outer row that no
+        group matches takes the aggregate's value over no rows (count 0, the others NULL)."""
+        alias = self.alias()
+        value = body.copy()
+        first = value.expressions[0]
+        first = first.unalias() if isinstance(first, exp.Alias) else first
+        inner = [i for i, _ in pairs]
+        value.set("expressions", [first.copy().as_(f"{alias}_v"),
+                                  *[i.copy().as_(f"{alias}_k{j}") for j, i in enumerate(inner, start=1)]])
+        value.set("group", exp.Group(expressions=[i.copy() for i in inner]))
+        value.set("order", None)
+        on = exp.and_(*[exp.EQ(this=o.copy(), expression=exp.column(f"{alias}_k{j}", table=alias))
+                        for j, (_, o) in enumerate(pairs, start=1)])
+        self.join(value, alias, on, left=True)
+        col = exp.column(f"{alias}_v", table=alias)
+        empty = first.copy()
+        for call in list(empty.find_all(exp.AggFunc)):
+            if call is empty:
+                empty = exp.Literal.number(0) if isinstance(call, exp.Count) else exp.Null()
+                break
+            call.replace(exp.Literal.number(0) if isinstance(call, exp.Count) else exp.Null())
+        if isinstance(empty, exp.Null):
+            return col  # a NULL either way
+        matched = exp.Not(this=exp.Is(this=exp.column(f"{alias}_k1", table=alias), expression=exp.Null()))
+        return exp.paren(exp.Case(ifs=[exp.If(this=matched, true=col)], default=empty))
 
     # --- helpers -------------------------------------------------------------------------------
     def decorrelate(self, body: exp.Select, what: str, allow: bool = True
@@ -256,6 +296,79 @@ class _Unnester:
             if on is not None:
                 self.conds.append(on)
         self.sel.set("joins", joins)
+
+
+def qualify_outer(query: exp.Expr, columns_of: ColumnsOf) -> None:
+    """Qualify by its enclosing query's FROM item each column a subquery outside FROM names
+    unqualified that none of its own FROM items has and exactly one enclosing item has, as
+    PostgreSQL resolves it (the nearest query level that has the name)."""
+    for sel in list(query.find_all(exp.Select)):
+        scopes = _enclosing(sel)
+        if not scopes:
+            continue
+        own = _offered(sel, columns_of)
+        for col in _scoped_columns(sel):
+            name = col.name.lower()
+            if col.table or isinstance(col.this, exp.Star) or own is None or any(
+                    cols is None or name in cols for cols in own.values()):
+                continue
+            for outer in scopes:
+                items = _offered(outer, columns_of)
+                if items is None or any(cols is None for cols in items.values()):
+                    break  # a level whose columns are unknown: leave it to the planner's error
+                having = [alias for alias, cols in items.items() if cols is not None and name in cols]
+                if len(having) == 1:
+                    col.set("table", exp.to_identifier(having[0]))
+                if having:
+                    break
+
+
+def _enclosing(sel: exp.Select) -> list[exp.Select]:
+    """The queries whose columns `sel` may name, nearest first: none for a FROM item's query."""
+    out: list[exp.Select] = []
+    node: exp.Expr = sel
+    while True:
+        parent = node.parent
+        while isinstance(parent, exp.Subquery | exp.Paren):
+            node, parent = parent, parent.parent
+        if parent is None or isinstance(parent, exp.From | exp.Join) or isinstance(parent, exp.Union):
+            return out
+        outer = node.find_ancestor(exp.Select)
+        if outer is None:
+            return out
+        out.append(outer)
+        node = outer
+
+
+def _offered(sel: exp.Select, columns_of: ColumnsOf) -> dict[str, set[str] | None] | None:
+    """Each FROM item of `sel` by alias with its column names (None: not known here)."""
+    src = sel.args.get("from_") or sel.args.get("from")
+    items = ([src.this] if src is not None else []) + [j.this for j in sel.args.get("joins") or []]
+    out: dict[str, set[str] | None] = {}
+    for it in items:
+        cols: set[str] | None = None
+        if isinstance(it, exp.Table) and isinstance(it.this, exp.Identifier) and not it.args.get("db"):
+            cols = columns_of(it.name.lower())
+        elif isinstance(it, exp.Table) and isinstance(it.this, exp.Anonymous) and it.this.expressions \
+                and isinstance(first := it.this.expressions[0], exp.Column):
+            cols = columns_of(first.name.lower())  # TUMBLE / HOP: the table's columns and the window's
+            cols = None if cols is None else cols | {"window_start", "window_end"}
+        elif isinstance(it, exp.Subquery) and isinstance(it.this, exp.Select) and not any(
+                isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+                for e in it.this.expressions):
+            cols = {e.alias_or_name.lower() for e in it.this.expressions}
+        alias = it.args.get("alias")
+        if cols is not None and isinstance(alias, exp.TableAlias) and alias.columns:
+            cols |= {c.name.lower() for c in alias.columns}  # renamed: either name is taken as offered
+        if it.alias:
+            out[it.alias.lower()] = cols
+        elif isinstance(it, exp.Table) and isinstance(it.this, exp.Identifier):
+            out[it.name.lower()] = cols
+        elif isinstance(it, exp.Table) and isinstance(it.this, exp.Anonymous) and it.this.expressions:
+            out[it.this.expressions[0].name.lower()] = cols
+        else:
+            return None
+    return out
 
 
 def _select_of(sub: exp.Expr, what: str) -> exp.Select:

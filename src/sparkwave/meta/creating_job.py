@@ -209,7 +209,7 @@ class CreatingJob:
         if plan is None:
             vnodes = (lo, hi) if flow.root.stateless else None
             return self._chunk(job, rel, flow, lo, hi, rows, lambda: flow.build(s, vnodes, big_epoch_rows=big),
-                               skip=flow.root.stateless and not rows)
+                               skip=flow.root.stateless and not rows and flow.builds_locally)  # VALUES: rows
         chunked = plan
         if lo == 0:  # the first chunk reads the other upstreams whole, and hands their sides on
             rows += sum(sum(c) for u, c in per_upstream.items() if u != driving)
@@ -366,15 +366,18 @@ class CreatingJob:
             take = [e for e in ready if e <= replay]
             done, version = stored.commit_log_batch(take, take[-1])
         else:
-            (up,) = rel.upstreams
-            sizes = dict(self.rt.log_file_rows(up, consumed, ready[-1]))
+            sizes: dict[int, int] = {}  # a union reads several upstreams: their rows per epoch added up
+            for u in rel.upstreams:
+                for e, n in self.rt.log_file_rows(u, consumed, ready[-1]):
+                    sizes[e] = sizes.get(e, 0) + n
+            up = rel.upstreams[0]
             take, rows = [], 0
             for e in ready[:MAX_LOG_EPOCHS]:
                 if take and rows + sizes.get(e, 0) > budget:
                     break
                 take.append(e)
                 rows += sizes.get(e, 0)
-            if self.rt.relation(up).kind != "source" and policy.runs_locally(rows):
+            if len(rel.upstreams) == 1 and self.rt.relation(up).kind != "source" and policy.runs_locally(rows):
                 changes = self._slice_on_driver(up, flow, consumed, take[-1])
             else:
                 inputs = self._inputs(rel, consumed, take[-1])
@@ -390,7 +393,7 @@ class CreatingJob:
         step is deterministic and a table's commit is skipped if Delta already holds it)."""
         inputs = self._inputs(rel, consumed, e)
         logs = []
-        if inputs:
+        if inputs or flow.ticks:  # a tree reading NOW() steps every epoch
             chunk, staged = flow.step(e, consumed, inputs, changes=self._held(inputs))
             if chunk is not None and chunk.num_rows:
                 self.rt.stored(rel).stage_log(e, chunk)

@@ -23,6 +23,7 @@ from sparkwave.storage.integrity import write_table
 from sparkwave.storage.store import Store
 from sparkwave.storage.table import log_rows
 from sparkwave.storage.warehouse import Warehouse
+from sparkwave.stream.watermark_filter import on_time_epoch, on_time_history
 
 
 class Runtime(Store):
@@ -89,6 +90,7 @@ class Runtime(Store):
         rows = conn.read(self.spark, ranges)
         if conn.has_bad_records:  # set aside when the main graph read them
             rows = rows.where(f"{ERROR} IS NULL")
+        rows = on_time_history(self.catalog, rel, rows)  # without the rows its epochs dropped as late
         return rows.select(vnode(list(rel.schema.key)).alias("_vnode"),
                            *[F.col(f"`{c.name}`") for c in rel.schema.columns])
 
@@ -135,7 +137,7 @@ class Runtime(Store):
             for s, (lo, hi) in ranges.items():
                 m = pc.and_(pc.equal(split, s), pc.and_(pc.greater_equal(offset, lo), pc.less(offset, hi)))
                 mask = m if mask is None else pc.or_(mask, m)
-            part = table.filter(mask) if mask is not None else table.slice(0, 0)
+            part = on_time_epoch(self.catalog, rel, e, table.filter(mask) if mask is not None else table.slice(0, 0))
             ops = pa.array([int(Op.INSERT)] * part.num_rows, pa.int8())
             part = part.set_column(part.schema.get_field_index("_op"), "_op", ops)
             path = str(folder / f"e{e}.parquet")

@@ -28,6 +28,7 @@ from sparkwave.core.schema import to_spark_type
 from sparkwave.frontend import dml
 from sparkwave.frontend.read_shape import PreparedRead, prepared_read, shape
 from sparkwave.frontend.reads import FastResult, fast_read, fast_read_prepared
+from sparkwave.frontend.returning import described, returning_list
 from sparkwave.frontend.session import FETCH_BATCH_ROWS, Session
 from sparkwave.frontend.statements import (
     CreateMaterializedView,
@@ -303,10 +304,13 @@ class SessionClient:
                            self._rows(df, timed=stmt.timed))
         if isinstance(stmt, Insert | Update | Delete):
             with self._scope(timed=True):
-                n = self._dml(stmt)
+                written = self._dml(stmt)
             if self.settings.in_transaction:
                 self.settings.mark_write()  # a ROLLBACK then says the writes stay committed
-            return Outcome(f"INSERT 0 {n}" if isinstance(stmt, Insert) else f"{stmt.tag} {n}")
+            tag = "INSERT 0" if isinstance(stmt, Insert) else stmt.tag
+            if written.rows is not None:  # RETURNING: its rows, tagged with their count
+                return Outcome(tag, _fields(written.rows), self._rows(written.rows, timed=False))
+            return Outcome(f"{tag} {written.count}")
         if isinstance(stmt, Set) and stmt.key == "statement_timeout":
             text = stmt.value.lower()
             try:
@@ -377,13 +381,17 @@ class SessionClient:
         return s._execute(stmt)  # type: ignore[return-value]  # SHOW, DESCRIBE and EXPLAIN return a frame
 
     def _fields(self, stmt: Statement) -> list[Field] | None:
-        """The result's columns without running the statement (Spark analyses a query lazily)."""
+        """The result's columns without running the statement (Spark analyses a query lazily; a
+        RETURNING list over no rows)."""
         if stmt.returns_rows:
             with self._scope(timed=False):
                 return _fields(self._frame(stmt))
+        if isinstance(stmt, Insert | Update | Delete) and returning_list(stmt) is not None:
+            with self._scope(timed=False):
+                return _fields(described(self.session.rt, stmt))
         return None
 
-    def _dml(self, stmt: Insert | Update | Delete) -> int:
+    def _dml(self, stmt: Insert | Update | Delete) -> dml.Written:
         """The statement as `Session._do_insert` and the others run it, with the rows it wrote."""
         rt, s = self.session.rt, self.session
         if isinstance(stmt, Insert):

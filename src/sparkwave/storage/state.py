@@ -17,6 +17,7 @@ from sparkwave.core.chunk import consolidate
 from sparkwave.core.schema import Schema
 from sparkwave.core.zset import to_ops
 from sparkwave.storage.lookup import lookup
+from sparkwave.storage.state_range import range_rows
 from sparkwave.storage.store import Store
 from sparkwave.storage.table import log_rows
 
@@ -56,6 +57,11 @@ class StateIO:
         rows = lookup(self.rt.catalog, rel.name, rel.schema, self.prev, keys, by)
         return rows.drop_columns(["_vnode"]).cast(rel.schema.arrow())
 
+    def between(self, suffix: str, column: str, ranges: list[tuple[int, int]]) -> pa.Table:
+        """Rows whose timestamp `column` (microseconds) lies in one of the closed `ranges`."""
+        rel = self.relation(suffix)
+        return range_rows(self.rt.catalog, rel.name, rel.schema, self.prev, column, ranges).cast(rel.schema.arrow())
+
     def stage(self, suffix: str, changes: pa.Table) -> None:
         """Stage a consistent Z-set of state rows (-1 the old row of a key, +1 its new row)."""
         rel = self.relation(suffix)
@@ -88,6 +94,9 @@ class EmptyStateIO(StateIO):
                         self.epoch)
 
     def lookup(self, suffix: str, by: list[str], keys: pa.Table) -> pa.Table:
+        return self.relation(suffix).schema.arrow().empty_table()
+
+    def between(self, suffix: str, column: str, ranges: list[tuple[int, int]]) -> pa.Table:
         return self.relation(suffix).schema.arrow().empty_table()
 
     def _keep(self, rel: Relation, rows: pa.Table) -> None:

@@ -37,6 +37,7 @@ from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, distinct, net, ns_join, with_weight
 from sparkwave.core.zset_frames import net_frame, null_safe_on, q, semi, weighted
 from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States, state_schema
+from sparkwave.stream.watermark_clean import Cleaning, cleaning_frame_io, cleaning_states, finish_cleaning
 
 AGG_FUNCTIONS = ("count_star", "count", "sum", "avg", "min", "max", "count_distinct")
 _PARTIALS = re.compile(r"a(\d+)")
@@ -79,6 +80,7 @@ class Aggregate(Operator):
     aggs: list[Agg]
     scalar: bool = False  # no GROUP BY: always one row
     append_only: bool = False  # its input never retracts a row: min and max keep no value counts
+    cleaning: Cleaning | None = None  # a group column's watermark deletes its state below it (`watermark_clean.py`)
 
     @property
     def inputs(self) -> list[Operator]:
@@ -94,6 +96,8 @@ class Aggregate(Operator):
             d["scalar"] = True
         if self.append_only:
             d["append_only"] = True
+        if self.cleaning is not None:
+            d["cleaning"] = self.cleaning.to_json()
         return d
 
     @classmethod
@@ -101,7 +105,8 @@ class Aggregate(Operator):
         (child,) = inputs
         return Aggregate(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
                          group=list(d.get("group", [])), aggs=[Agg.from_json(a) for a in d.get("aggs", [])],
-                         scalar=d.get("scalar", False), append_only=d.get("append_only", False))
+                         scalar=d.get("scalar", False), append_only=d.get("append_only", False),
+                         cleaning=Cleaning.from_json(d.get("cleaning")))
 
     def prune(self, needed: set[str]) -> None:
         """Every group column and aggregate stays (the partials state holds them all)."""
@@ -165,7 +170,9 @@ class Aggregate(Operator):
         child = self.input.delta(io)
         if child is None or child.num_rows == 0:
             return None
-        out = self.apply(child, io.states)
+        states = cleaning_states(self, self.cleaning, io.states, io.watermarks)
+        out = self.apply(child, states)
+        finish_cleaning(states)
         return out if out.num_rows else None
 
     def apply(self, d: pa.Table, states: States) -> pa.Table:
@@ -337,6 +344,7 @@ class Aggregate(Operator):
         if child is None:
             return None
         d = io.shared(child)
+        io = cleaning_frame_io(self, self.cleaning, io)
         group = self.group
         ptypes = dict(self.partials())
         keys = io.shared(d.select(*[q(g) for g in group]).distinct())
@@ -371,6 +379,7 @@ class Aggregate(Operator):
         olds, news = had, new
         if not self.scalar:
             olds, news = had.where(F.col("_count") > 0), new.where(F.col("_count") > 0)
+        finish_cleaning(io)
         return net_frame(weighted(olds.select(*self._outputs()), -1)
                          .unionByName(weighted(news.select(*self._outputs()), 1)))
 

@@ -27,6 +27,7 @@ from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
 from sparkwave.stream.scan import Scan
+from sparkwave.stream.temporal_join import TemporalJoin
 
 PARTIAL = "#partial"  # a chunk's files of an aggregate's partials (`<table>#partial`), added up by the merge
 
@@ -72,10 +73,12 @@ def _plan(scan: Scan, ancestors: list[Operator]) -> ChunkPlan | None:
             return ChunkPlan(scan, op, tuple(handed))
         if isinstance(op, OverWindow):
             return None  # a row's window value depends on the other driving rows of its partition
+        if isinstance(op, TemporalJoin) and op.right is child:
+            return None  # a temporal join's table is looked up whole, never driven
         if isinstance(op, Join):
             on_left = op.left is child
-            if op.join_type == "full" or op.join_type == ("right" if on_left else "left"):
-                return None  # the other side's NULL-padded rows depend on every driving row
+            if not op.linear_in("left" if on_left else "right"):
+                return None  # the other side's NULL-padded rows (an ASOF match) depend on every driving row
             handed.append(op.handed_state("right" if on_left else "left"))
         child = op
     return ChunkPlan(scan, None, tuple(handed))

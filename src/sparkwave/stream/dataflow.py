@@ -63,7 +63,10 @@ from sparkwave.stream.operator import (
     collect,
 )
 from sparkwave.stream.plan import from_json, state_schemas
+from sparkwave.stream.temporal_filter import TemporalFilter
+from sparkwave.stream.temporal_join import TemporalJoin
 from sparkwave.stream.values import Values
+from sparkwave.stream.watermark_clean import clean_built
 
 __all__ = ["Built", "Dataflow", "Top", "TopTable", "resolved", "top_of"]
 
@@ -75,31 +78,59 @@ class Dataflow:
         self.root = from_json(rel.definition["dataflow"])
         self.materialize = Materialize(self.root.key, [(m, i) for m, i in rel.definition["outputs"]], rel.schema)
         self._builds: list[SnapshotIO] = []
+        self._watermarked: list[str] | None = None  # upstreams that declare a watermark, once known
 
     def step(self, epoch: int, prev: int, inputs: dict[str, list[str]],
              changes: Mapping[str, DataFrame | HeldRows] | None = None,
-             fused: dict[int, pa.Table] | None = None) -> tuple[pa.Table | None, dict[str, pa.Table]]:
+             fused: dict[int, pa.Table] | None = None, watermarks: Mapping[str, int] | None = None
+             ) -> tuple[pa.Table | None, dict[str, pa.Table]]:
         """The MV's log rows for `epoch` from its upstreams' log files of that epoch (`inputs`; the
         same rows as local frames `changes` where the driver holds them; chains over a source as its
         read computed them, `fused`), with state as of `prev`; state changes are staged. Returns
         (MV rows, staged state rows by table)."""
         states = StateIO(self.rt, self.rel.name, prev, epoch)
-        d = self.root.delta(EpochIO(self.rt, inputs, states, changes or {}, fused=fused or {}), root=True)
+        now, prev_now = self._times(epoch, prev)
+        io = EpochIO(self.rt, inputs, states, changes or {}, fused=fused or {}, now=now, prev_now=prev_now,
+                     watermarks=self.watermarks(epoch, watermarks), lookup_epoch=prev)
+        d = self.root.delta(io, root=True)
         if d is None or d.num_rows == 0:
             return None, states.staged
         return self.materialize.log_rows(d, epoch), states.staged
+
+    @property
+    def ticks(self) -> bool:
+        """Whether the tree reads the epoch's NOW() (a temporal filter): it steps every epoch, its
+        upstreams changed or not, since time alone changes its output."""
+        return any(isinstance(op, TemporalFilter) for op in self.root.walk())
+
+    def _times(self, epoch: int, prev: int | None) -> tuple[int | None, int | None]:
+        """The NOW() of `epoch` and of `prev` (None: from empty state) as recorded with their plans,
+        for a tree that reads them (else None, None)."""
+        if not self.ticks:
+            return None, None
+        return self.rt.catalog.epoch_now(epoch) or 0, None if not prev else self.rt.catalog.epoch_now(prev)
 
     @property
     def on_spark(self) -> bool:
         """Whether a big epoch can run on the executors (`step_frame`): every operator has a frame path."""
         return all(op.on_spark for op in self.root.walk())
 
-    def step_frame(self, epoch: int, prev: int, inputs: dict[str, list[str]]
-                   ) -> tuple[StagedLog | None, dict[str, StagedLog]]:
+    def watermarks(self, epoch: int, pending: Mapping[str, int] | None = None) -> dict[str, int | None]:
+        """The watermarked upstreams' watermarks after `epoch`: the main graph's of the epoch running
+        (`pending`, not committed yet), else the catalog's, committed with it (`stream/watermark.py`)."""
+        if self._watermarked is None:
+            self._watermarked = [u for u in self.rel.upstreams if "watermark" in self.rt.relation(u).definition]
+        pending = pending or {}
+        return {u: pending[u] if u in pending else self.rt.catalog.watermark(u, epoch) for u in self._watermarked}
+
+    def step_frame(self, epoch: int, prev: int, inputs: dict[str, list[str]],
+                   watermarks: Mapping[str, int] | None = None) -> tuple[StagedLog | None, dict[str, StagedLog]]:
         """`step` for a big epoch, on the executors: the tree's change as Spark frames, state
         lookups as joins with the state tables' snapshots as of `prev`, and the MV's and every state
         table's log file of `epoch` written by the executors. The driver holds no rows."""
-        io = FrameIO(self.rt, inputs, owner=self.rel.name, prev=prev, epoch=epoch)
+        now, prev_now = self._times(epoch, prev)
+        io = FrameIO(self.rt, inputs, owner=self.rel.name, prev=prev, epoch=epoch, now=now, prev_now=prev_now,
+                     watermarks=self.watermarks(epoch, watermarks))
         try:
             d = self.root.delta_frame(io, root=True)
             logs = io.state_logs()
@@ -149,7 +180,8 @@ class Dataflow:
         """Whether `build_local` can build the tree: one whose rows all come from its upstreams'
         rows. Not one with a scalar aggregate (its row over nothing) or constant rows (`VALUES`):
         only a snapshot build makes those; per epoch they are in the state already."""
-        return not any(isinstance(o, Values) or (isinstance(o, Aggregate) and o.scalar) for o in self.root.walk())
+        return not any(isinstance(o, Values | TemporalJoin) or (isinstance(o, Aggregate) and o.scalar)
+                       for o in self.root.walk())  # a temporal join reads its table as of the build's epoch
 
     def build_local(self, epoch: int) -> dict[str, pa.Table]:
         """`build` on the driver, for snapshots no bigger than one epoch's change (`big_epoch_rows`;
@@ -160,7 +192,10 @@ class Dataflow:
         the fixed costs of its Spark jobs. Every table as `| _vnode | columns |`."""
         changes = {u: self._snapshot_inserts(self.rt.relation(u), epoch) for u in self.rel.upstreams}
         states = EmptyStateIO(self.rt, self.rel.name, prev=0, epoch=epoch, schemas=self._state_schemas)
-        return self._inserts(EpochIO(self.rt, {}, states, changes), epoch, list(self._state_schemas))
+        now, _ = self._times(epoch, None)
+        return self._inserts(EpochIO(self.rt, {}, states, changes, now=now,
+                                     watermarks=self.watermarks(epoch)), epoch,
+                             list(self._state_schemas))
 
     def _snapshot_inserts(self, rel: Relation, epoch: int) -> DataFrame | HeldRows:
         """An upstream's snapshot at `epoch` as log rows of inserts: held by the driver if it reads
@@ -200,12 +235,15 @@ class Dataflow:
         handed = {suffix: read_parquet(self.rt.spark, base_spark_ddl(schemas[suffix]), files).select(
             *[F.col(f"`{c}`") for c in schemas[suffix].names]) for suffix, files in sides.items()}
         io = self._io(epoch, policy.BIG_EPOCH_ROWS, vnodes, driving=plan.driving.id, sides=handed)
+        # No watermark cleans a chunk's tables: later chunks read the sides it hands on, the merge adds up
+        # its partials; the merge cleans what it writes, the first step after the build the rest.
+        whole = set(schemas)
         if plan.aggregate is None:
-            return self._tables(io, self.root.batch(io))
+            return self._tables(io, self.root.batch(io), whole)
         agg = plan.aggregate
         agg.partial_batch(io)
         own = [agg.partials_state, *[agg.values_state(j) for j in range(len(agg.value_args()))]]
-        out = self._tables(io, None)
+        out = self._tables(io, None, whole)
         return {f"{n}{PARTIAL}" if n in {state_name(self.rel.name, o) for o in own} else n: df for n, df in out.items()}
 
     def build_merge(self, epoch: int, plan: ChunkPlan, partials: dict[str, list[str]], *,
@@ -252,14 +290,16 @@ class Dataflow:
         plan = BuildPlan(epoch, big_epoch_rows, vnodes, driving,
                          linkable=frozenset(t for t in tables if small_enough_to_link(self.rt, t, epoch)),
                          sides=MappingProxyType(dict(sides or {})))
-        io = SnapshotIO(self.rt, plan)
+        io = SnapshotIO(self.rt, plan, watermarks=self.watermarks(epoch))
         self._builds.append(io)
         return io
 
-    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None) -> dict[str, Built]:
+    def _tables(self, io: SnapshotIO, root_rows: DataFrame | None, whole: set[str] | frozenset[str] = frozenset()
+                ) -> dict[str, Built]:
         """The MV's rows (if evaluated) and each state table whose rows `io` gathered, as
         `| _vnode | columns |`, or as the table whose snapshot files they are (`Linked`). The
-        frames to size first (`SnapshotIO.size_first`) are computed now, before any write is planned."""
+        frames to size first (`SnapshotIO.size_first`) are computed now, before any write is planned.
+        A watermark cleans each table but those in `whole` (a chunk's partials: the merge's input)."""
         for rows in io.sized:
             rows.count()
         io.sized.clear()
@@ -269,7 +309,9 @@ class Dataflow:
             if suffix in io.links:
                 out[state_name(self.rel.name, suffix)] = Linked(io.links[suffix], io.epoch)
             elif suffix in io.state_rows:
-                out[state_name(self.rel.name, suffix)] = io.state_rows[suffix].select(
+                rows = io.state_rows[suffix]
+                out[state_name(self.rel.name, suffix)] = (
+                    rows if suffix in whole else clean_built(self.root, suffix, rows, io.watermarks)).select(
                     F.lit(0).cast("smallint").alias("_vnode"),
                     *[F.col(f"`{c.name}`").cast(c.type.spark).alias(c.name) for c in schema.columns])
         return out
@@ -338,7 +380,8 @@ class Top:
         if policy.top_on_driver(given.num_rows, big_epoch_rows):
             schemas = {x: self.flow._state_schemas[x] for x in self.suffixes}
             states = EmptyStateIO(self.flow.rt, self.flow.rel.name, prev=0, epoch=self.io.epoch, schemas=schemas)
-            io = EpochIO(self.flow.rt, {}, states, given={self.aggregate.id: with_weight(given, 1)})
+            io = EpochIO(self.flow.rt, {}, states, given={self.aggregate.id: with_weight(given, 1)},
+                         watermarks=self.flow.watermarks(self.io.epoch))
             return dict(self.flow._inserts(io, self.io.epoch, self.suffixes))
         return dict(self.flow._tables(self.io, self.flow.root.batch(self.io)))
 

@@ -36,6 +36,12 @@ class EpochWork:
     unwritten: dict[str, pa.Table] = field(default_factory=dict)  # a source's rows whose file no MV needed yet
     file_locks: dict[str, threading.Lock] = field(default_factory=dict)  # one per source in `unwritten`
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # watermarked relations' watermarks after this epoch (`stream/watermark_filter.py`), what the epoch
+    # moved (relation, split, value; split '' the relation's) and the late rows it dropped, committed with it
+    watermarks: dict[str, int] = field(default_factory=dict)
+    moved_watermarks: list[tuple[str, str, int]] = field(default_factory=list)
+    late: dict[str, int] = field(default_factory=dict)
+    judged: list[tuple[str, str, int, int, int]] = field(default_factory=list)  # a source's ranges and their watermark
     _by_name: dict[str, Relation] = field(default_factory=dict, repr=False)
 
     def relation(self, name: str) -> Relation | None:
@@ -43,6 +49,12 @@ class EpochWork:
         if len(self._by_name) != len(self.relations):
             self._by_name = {r.name: r for r in self.relations}
         return self._by_name.get(name)
+
+    @property
+    def now(self) -> int | None:
+        """The epoch's NOW() (microseconds, UTC) its plan recorded (`meta/barrier/plan.py`); operators read
+        it through `Catalog.epoch_now`, which serves creating jobs' epochs and builds alike."""
+        return self.plan.get("now")
 
     def source_ranges(self, name: str) -> dict[str, list[int]]:
         """The offset ranges the plan reads from relation `name`'s connector (none: empty)."""

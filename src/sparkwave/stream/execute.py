@@ -30,6 +30,7 @@ from sparkwave.stream.epoch_work import DmlBatches, EpochWork
 from sparkwave.stream.fused_read import read_fused
 from sparkwave.stream.materialize import materialize_table, materialize_table_frame
 from sparkwave.stream.operator import HeldRows, held_log
+from sparkwave.stream.watermark_filter import watermark_step
 
 Step: TypeAlias = pa.Table | StagedLog | None  # a relation's log rows of the epoch (None: no change)
 ConnectorOf: TypeAlias = Callable[[Relation], Connector | None]  # the barrier loop's cached connector of a relation
@@ -70,7 +71,8 @@ class Executor:
             return self._mv_step(rel, e)
         stored = self.store.stored(rel)
         overwrites = rel.definition.get("on_conflict", "overwrite") == "overwrite"
-        if policy.is_big_epoch(_rows_in(rel, e, dml), e.big_rows) and overwrites:
+        watermarked = "watermark" in rel.definition  # its late rows are dropped on the driver
+        if policy.is_big_epoch(_rows_in(rel, e, dml), e.big_rows) and overwrites and not watermarked:
             staged = self._table_step_frame(rel, e, dml)
             return staged if staged is not None and staged.num_rows else None
         chunk = self._table_step(rel, e, dml)
@@ -112,8 +114,12 @@ class Executor:
         intents = self._intents(rel, e, dml)
         if intents is None:
             return None
-        rows = read_fused(self.store, rel, e, intents) if rel.kind == "source" else to_arrow(intents)
+        watermarked = "watermark" in rel.definition  # its MVs' chains see only the rows on time
+        rows = read_fused(self.store, rel, e, intents) if rel.kind == "source" and not watermarked \
+            else to_arrow(intents)
         chunk = e.bad.set_aside(rel.name, self.connector(rel) if ERROR in rows.column_names else None, rows)
+        if watermarked:
+            chunk = watermark_step(self.store.catalog, rel, e, chunk, self.connector(rel))
         return materialize_table(chunk, rel.schema, e.epoch,
                                  lambda keys: lookup(self.store.catalog, rel.name, rel.schema, e.prev, keys),
                                  rel.definition.get("on_conflict", "overwrite"))
@@ -145,25 +151,25 @@ class Executor:
 
     def _mv_step(self, rel: Relation, e: EpochWork) -> Step:
         changed = {u: c.num_rows for u in rel.upstreams if (c := e.chunks.get(u)) is not None and c.num_rows > 0}
-        if not changed:
+        flow = self._dataflow(rel)
+        if not changed and not flow.ticks:  # a tree reading NOW() steps every epoch: time alone moves it
             return None
         inputs = {u: [self.store.stored(e.relation(u) or self.store.relation(u)).log_file_path(e.epoch)]
                   for u in changed}
-        flow = self._dataflow(rel)
         big = policy.is_big_epoch(sum(changed.values()), e.big_rows) and flow.on_spark
         fused = {u for u in changed if fusion.covers(flow.root, u, e.fused.get(rel.name, {}))}
         chunk: Step
         if big:
             for u in changed:
                 self._source_file(e, u)
-            chunk, staged = flow.step_frame(e.epoch, e.prev, inputs)
+            chunk, staged = flow.step_frame(e.epoch, e.prev, inputs, e.watermarks)
             e.chunks.update(staged)
         else:
             held = {u: f for u in changed if u not in fused and (f := self._held(e, u)) is not None}
             for u in changed:
                 if u not in fused and u not in held:
                     self._source_file(e, u)
-            chunk, tables = flow.step(e.epoch, e.prev, inputs, held, e.fused.get(rel.name))
+            chunk, tables = flow.step(e.epoch, e.prev, inputs, held, e.fused.get(rel.name), e.watermarks)
             if chunk is not None and chunk.num_rows > 0:
                 self.store.stored(rel).stage_log(e.epoch, chunk)
             e.chunks.update(tables)

@@ -23,10 +23,11 @@ the table's files as its state (`stream/table_side.py`, `Join.table_sides`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column as SparkColumn
@@ -38,9 +39,12 @@ from sparkwave.core.schema import Schema, SqlType
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.core.zset_frames import apply_frame, net_frame, q, semi, union_all, weighted
 from sparkwave.stream.aggregate_side import AggregateSide
+from sparkwave.stream.join_ranges import Range, condition, matched
 from sparkwave.stream.join_side import JoinSide, OwnState, matchable
 from sparkwave.stream.operator import EpochIO, FrameIO, Operator, SnapshotIO, States
 from sparkwave.stream.table_side import TableSide
+from sparkwave.stream.watermark import Derivation
+from sparkwave.stream.watermark_clean import CleaningFrameIO, CleaningStates, at_or_above
 
 JoinType = Literal["inner", "left", "right", "full"]
 _PYARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer"}
@@ -51,10 +55,83 @@ SIDES: tuple[Side, ...] = ("left", "right")
 _OTHER: dict[Side, Side] = {"left": "right", "right": "left"}
 
 
+@dataclass(frozen=True)
+class Bound:
+    """`left - right >= value` (a lower bound) or `<= value` (an upper bound) on two time columns
+    (microseconds), with the watermark derivation of the column on the other side of the one it cleans."""
+
+    left: str
+    right: str
+    value: int
+    watermark: Derivation | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"left": self.left, "right": self.right, "value": self.value}
+        if self.watermark is not None:
+            d["watermark"] = self.watermark.to_json()
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any] | None) -> Bound | None:
+        if not d:
+            return None
+        w = Derivation.from_json(d["watermark"]) if d.get("watermark") else None
+        return Bound(d["left"], d["right"], int(d["value"]), w)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval join's bounds on its times (planner metadata, `frontend/plan/intervals.py`): a
+    `lower` one, `left - right >= value`, and an `upper` one, `left - right <= value` (each of a pair
+    of time columns; either may be absent). The range conditions themselves are the join's residual
+    predicate; the bounds only let each side's state go: a left row whose `lower.left` is below the
+    right side's watermark (of `lower.right`) + `lower.value`, a right row whose `upper.right` is below
+    the left side's (of `upper.left`) - `upper.value`, can match no row still to come."""
+
+    lower: Bound | None
+    upper: Bound | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: b.to_json() for name, b in (("lower", self.lower), ("upper", self.upper)) if b is not None}
+
+    @staticmethod
+    def from_json(d: dict[str, Any] | None) -> Interval | None:
+        return Interval(Bound.from_json(d.get("lower")), Bound.from_json(d.get("upper"))) if d else None
+
+    @property
+    def columns(self) -> set[str]:
+        return {c for b in (self.lower, self.upper) if b is not None for c in (b.left, b.right)}
+
+    def time(self, side: Side) -> str:
+        """The time column a side is cleaned by."""
+        b = self.lower if side == "left" else self.upper
+        assert b is not None, f"BUG: the {side} side of an interval join has no bound to clean it by"
+        return b.left if side == "left" else b.right
+
+    @property
+    def cleanable(self) -> set[Side]:
+        """The sides a watermark can clean (once it has a value)."""
+        sides: tuple[tuple[Side, Bound | None], ...] = (("left", self.lower), ("right", self.upper))
+        return {side for side, b in sides if b is not None and b.watermark is not None}
+
+    def thresholds(self, watermarks: Mapping[str, int | None]) -> dict[Side, tuple[str, int]]:
+        """Per side that can be cleaned this epoch: its time column and the value below which its rows go."""
+        out: dict[Side, tuple[str, int]] = {}
+        lo, up = self.lower, self.upper
+        if lo is not None and lo.watermark is not None and (w := lo.watermark.value(watermarks)) is not None:
+            out["left"] = (lo.left, w + lo.value)
+        if up is not None and up.watermark is not None and (w := up.watermark.value(watermarks)) is not None:
+            out["right"] = (up.right, w - up.value)
+        return out
+
+
 @dataclass(kw_only=True)
 class Join(Operator):
     op = "join"
     keeps_state = True
+    # each touched join key's output recomputed from its rows before and after the epoch (outer joins
+    # and the ASOF join); an inner join adds `dL x R + L x dR + dL x dR` instead
+    per_key: ClassVar[bool] = False
 
     left: Operator
     right: Operator
@@ -65,6 +142,8 @@ class Join(Operator):
     aggregate_sides: dict[Side, AggregateSide] = field(default_factory=dict, repr=False, compare=False)
     # the sides that are an append-only table's rows, kept under its column names (`link_tables`)
     table_sides: dict[Side, TableSide] = field(default_factory=dict, repr=False, compare=False)
+    interval: Interval | None = None  # an interval join's bound on its times: its sides' state cleaning
+    ranges: list[Range] = field(default_factory=list)  # an outer join's range conditions in ON (`join_ranges.py`)
 
     @property
     def inputs(self) -> list[Operator]:
@@ -80,14 +159,20 @@ class Join(Operator):
             d["borrowed"] = {side: a.agg.id for side, a in self.aggregate_sides.items()}
         if self.table_sides:  # the table each keeps, by name
             d["linked"] = {side: t.relation for side, t in self.table_sides.items()}
+        if self.interval is not None:
+            d["interval"] = self.interval.to_json()
+        if self.ranges:
+            d["ranges"] = [list(r) for r in self.ranges]
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> Join:
         left, right = inputs
-        join = Join(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
-                    join_type=d["join_type"], left_keys=list(d.get("left_keys", [])),
-                    right_keys=list(d.get("right_keys", [])))
+        join = cls(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), left=left, right=right,
+                   join_type=d["join_type"], left_keys=list(d.get("left_keys", [])),
+                   right_keys=list(d.get("right_keys", [])), interval=Interval.from_json(d.get("interval")),
+                   ranges=[(a, op, b, int(n)) for a, op, b, n in d.get("ranges", [])],
+                   **cls._own_fields(d))
         for side, agg_id in d.get("borrowed", {}).items():
             found = AggregateSide.of(*join._side_and_keys(side))
             if found is None or found.agg.id != agg_id:
@@ -102,6 +187,17 @@ class Join(Operator):
             join.table_sides[side] = table
         return join
 
+    @classmethod
+    def _own_fields(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """A subclass's fields from its stored JSON (`stream/asof_join.py`)."""
+        return {}
+
+    def linear_in(self, side: Side) -> bool:
+        """Whether each output row (and state row) comes from one row of `side`, so that a backfill
+        may split that side's rows into chunks (`stream/chunking.py`): a side joined inner or
+        preserved, whose missing rows the join never NULL-pads from the other."""
+        return self.join_type != "full" and self.join_type != _OTHER[side]
+
     def borrow_states(self) -> None:
         """Read each side that is an aggregate's output from the aggregate's partials (planning,
         after pruning and sharing: the shape it looks at is final)."""
@@ -111,7 +207,8 @@ class Join(Operator):
     def link_tables(self, append_only: Callable[[str], bool]) -> None:
         """Keep each side that is an append-only table's rows under the table's column names, so that
         a backfill links the table's files as the side's state (planning, after `borrow_states`)."""
-        self.table_sides = {side: found for side in SIDES if side not in self.aggregate_sides
+        cleaned = self.interval.cleanable if self.interval is not None else set()  # own state: cleaned row by row
+        self.table_sides = {side: found for side in SIDES if side not in self.aggregate_sides and side not in cleaned
                             and (found := TableSide.of(self._side_and_keys(side)[0], self._state(side))) is not None
                             and append_only(found.relation)}
 
@@ -136,7 +233,8 @@ class Join(Operator):
         return self.side(side).state
 
     def prune(self, needed: set[str]) -> None:
-        keep = needed | set(self.key)
+        keep = needed | set(self.key) | (self.interval.columns if self.interval else set()) | \
+            {c for a, _, b, _ in self.ranges for c in (a, b)}
         self.left.prune({n for n in self.left.names if n in keep} | set(self.left_keys))
         self.right.prune({n for n in self.right.names if n in keep} | set(self.right_keys))
         self.columns = self.left.columns + self.right.columns
@@ -154,7 +252,9 @@ class Join(Operator):
         out: dict[str, Schema] = {}
         for side in SIDES:
             op, keys = self._side_and_keys(side)
-            if (schema := self.side(side).state_schema(op, keys + op.key)) is not None:
+            # a side an interval's watermark cleans is keyed by its time too (the range read of what goes)
+            time = [self.interval.time(side)] if self.interval is not None and side in self.interval.cleanable else []
+            if (schema := self.side(side).state_schema(op, keys + time + op.key)) is not None:
                 out[self._state(side)] = schema
         return out
 
@@ -169,10 +269,26 @@ class Join(Operator):
     def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
         assert not root, "BUG: a join's output reaches the MV through a projection"
         dl, dr = self.left.delta(io), self.right.delta(io)
+        states = self._cleaning(io.states, io.watermarks)
         if (dl is None or dl.num_rows == 0) and (dr is None or dr.num_rows == 0):
+            finish_cleaning_all(states)
             return None
-        out = self.apply(dl, dr, io.states)
+        out = self.apply(dl, dr, states)
+        finish_cleaning_all(states)
         return out if out.num_rows else None
+
+    def _cleaned_sides(self, watermarks: Mapping[str, int | None]) -> dict[Side, tuple[str, int]]:
+        """The sides kept in the join's own state that an interval's watermarks clean this epoch."""
+        if self.interval is None:
+            return {}
+        return {side: t for side, t in self.interval.thresholds(watermarks).items()
+                if isinstance(self.side(side), OwnState)}
+
+    def _cleaning(self, states: States, watermarks: Mapping[str, int | None]) -> States:
+        """`states` deleting each cleaned side's rows below its threshold (`stream/watermark_clean.py`)."""
+        for side, (column, value) in self._cleaned_sides(watermarks).items():
+            states = CleaningStates(states, column, value, [self._state(side)])
+        return states
 
     def apply(self, dl: pa.Table | None, dr: pa.Table | None, states: States) -> pa.Table:
         """The join's change from its sides' changes (None: that side did not change), against and
@@ -188,7 +304,7 @@ class Join(Operator):
         if self.join_type in ("right", "full"):
             padded.append(self._pad(dr.filter(r_null), left_schema))
         dl, dr = dl.filter(pc.invert(l_null)), dr.filter(pc.invert(r_null))
-        if self.join_type == "inner":
+        if self.join_type == "inner" and not self.per_key:
             return self._inner(dl, dr, states)
         keys = pa.concat_tables([distinct(dl, lk), distinct(dr, rk).rename_columns(lk).cast(distinct(dl, lk).schema)])
         keys = distinct(keys, lk)
@@ -227,9 +343,29 @@ class Join(Operator):
         return out.select(self.names).append_column(W, pc.multiply(out["_wl"], out["_wr"]))
 
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        if self.ranges:
+            return self._ranged_join(left, right)
         out = left.join(right, self.left_keys, right_keys=self.right_keys, join_type=_PYARROW_JOIN[self.join_type],
                         coalesce_keys=False, use_threads=False)
         return out.select(self.names)
+
+    def _ranged_join(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        """An outer join whose ON clause has range conditions: the pairs of equal keys that satisfy
+        them, then each preserved side's rows in no such pair, NULL-padded."""
+        lt = left.append_column("_li", pa.array(np.arange(left.num_rows), pa.int64()))
+        rt = right.append_column("_ri", pa.array(np.arange(right.num_rows), pa.int64()))
+        pairs = lt.join(rt, self.left_keys, right_keys=self.right_keys, join_type="inner", coalesce_keys=False,
+                        use_threads=False)
+        pairs = pairs.filter(pa.array(matched(pairs, self.ranges)))
+        parts = [pairs.select(self.names)]
+        for side, rows, index in (("left", left, "_li"), ("right", right, "_ri")):
+            if self.join_type in (side, "full"):
+                alone = np.ones(rows.num_rows, dtype=bool)
+                alone[pairs[index].to_numpy()] = False
+                other = (self.right if side == "left" else self.left).arrow_schema()
+                padded = self._pad(with_weight(rows.filter(pa.array(alone)), 1), other)
+                parts.append(padded.drop_columns([W]).cast(parts[0].schema))
+        return pa.concat_tables(parts)
 
     def _pad(self, rows: pa.Table, other: pa.Schema) -> pa.Table:
         """A preserved side's rows with NULLs for the other side's columns."""
@@ -247,9 +383,11 @@ class Join(Operator):
             return None
         lk, rk = self.left_keys, self.right_keys
         padded: list[DataFrame] = []
-        dl = self._side_change(io, dl, "left", padded)
-        dr = self._side_change(io, dr, "right", padded)
-        if self.join_type == "inner":  # each side's change looks up the other side's rows of its keys
+        staging = self._cleaning_frames(io)
+        dl = self._side_change(staging, dl, "left", padded)
+        dr = self._side_change(staging, dr, "right", padded)
+        finish_cleaning_all(staging)
+        if self.join_type == "inner" and not self.per_key:  # each side's change meets the other's rows of its keys
             parts = [self._weighted_frame(dl, weighted(self._state_frame(io, "right", (dl, lk[0], rk[0])), 1))] \
                 if dl is not None else []
             if dr is not None:
@@ -266,6 +404,13 @@ class Join(Operator):
         r_new = r_old if dr is None else apply_frame(r_old, dr)
         return net_frame(union_all([weighted(self._join_frames(l_old, r_old), -1),
                                     weighted(self._join_frames(l_new, r_new), 1), *padded]))
+
+    def _cleaning_frames(self, io: FrameIO) -> FrameIO:
+        """`io` staging each cleaned side without its rows below its threshold, and their deletion."""
+        for side, (column, value) in self._cleaned_sides(io.watermarks).items():
+            io = CleaningFrameIO(io, column, self.type_of(column), value,  # type: ignore[assignment]
+                                 [self._state(side)])
+        return io
 
     def _state_frame(self, io: FrameIO, side: Side, near: tuple[DataFrame, str, str]) -> DataFrame:
         """A side's rows as of `prev` near a change's keys (`FrameIO.state_rows`)."""
@@ -291,7 +436,10 @@ class Join(Operator):
                                                          (F.col("_wl") * F.col("_wr")).alias(W))
 
     def _join_frames(self, left: DataFrame, right: DataFrame) -> DataFrame:
-        return left.join(right, self._on(left, right), _SPARK_JOIN[self.join_type]).select(*[q(n) for n in self.names])
+        on = self._on(left, right)
+        if self.ranges and (ranged := condition(self.ranges, dict(self.columns))) is not None:
+            on = on & ranged
+        return left.join(right, on, _SPARK_JOIN[self.join_type]).select(*[q(n) for n in self.names])
 
     def _on(self, left: DataFrame, right: DataFrame) -> SparkColumn:
         cond: SparkColumn | None = None
@@ -322,7 +470,21 @@ class Join(Operator):
         if not kept.links_table and self.side(_OTHER[side]).links_table:
             io.size_first(op, rows)
         kept.gather(io, rows, keys)
+        # a chunked build hands this state on to its later chunks, whose rows must meet all of it: the
+        # first step after the build cleans it instead
+        chunked = io.plan.driving is not None
+        if not chunked and (cleaned := self._cleaned_sides(io.watermarks).get(side)) is not None \
+                and kept.state in io.state_rows:
+            column, value = cleaned
+            io.state_rows[kept.state] = at_or_above(io.state_rows[kept.state], column, self.type_of(column), value)
         return rows
+
+
+def finish_cleaning_all(io: object) -> None:
+    """Stage the deletions of every cleaned side the epoch did not stage (a chain of cleaning wrappers)."""
+    while isinstance(io, CleaningStates | CleaningFrameIO):
+        io.finish()
+        io = io.inner if isinstance(io, CleaningStates) else io._inner
 
 
 def _any_null(keys: list[str]) -> SparkColumn:

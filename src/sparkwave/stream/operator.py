@@ -62,6 +62,11 @@ class States(Protocol):
         """Stage a consistent Z-set of state rows (-1 the old row of a key, +1 its new row)."""
         ...
 
+    def between(self, suffix: str, column: str, ranges: list[tuple[int, int]]) -> pa.Table:
+        """The rows as of the previous epoch whose timestamp `column`, in microseconds, lies in one of
+        the closed `ranges` (a temporal filter's rows that the move of NOW() may flip)."""
+        ...
+
 
 class HeldRows:
     """A relation's log rows of an epoch that the driver holds and that are few
@@ -99,6 +104,11 @@ class EpochIO:
     shares: dict[int, pa.Table | None] = field(default_factory=dict)  # a shared operator's change, by id
     fused: dict[int, pa.Table] = field(default_factory=dict)  # a chain's change from its upstream's read, by id
     given: dict[int, pa.Table] = field(default_factory=dict)  # an aggregate's change computed by Spark, by id
+    # upstream relation -> its watermark after this epoch (`stream/watermark.py`: `Derivation.value`)
+    watermarks: Mapping[str, int | None] = field(default_factory=dict)
+    now: int | None = None  # the epoch's NOW() (microseconds, UTC), for a tree that reads it (`ticks`)
+    prev_now: int | None = None  # the previous step's NOW(); None from empty state
+    lookup_epoch: int | None = None  # the epoch a temporal join reads its table as of (the previous one)
 
     @property
     def spark(self) -> SparkSession:
@@ -233,6 +243,7 @@ class SnapshotIO:
     links: dict[str, str] = field(default_factory=dict)  # state suffix -> the table whose files are its rows
     persisted: list[DataFrame] = field(default_factory=list)
     sized: list[DataFrame] = field(default_factory=list)  # computed before the writes are planned (`size_first`)
+    watermarks: Mapping[str, int | None] = field(default_factory=dict)  # upstream -> its watermark at the epoch
 
     @property
     def spark(self) -> SparkSession:

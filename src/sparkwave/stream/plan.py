@@ -7,20 +7,30 @@ and the state tables of a tree.
 - `Join` (`stream/join.py`): an equi-join of two inputs (inner, left, right, full), with a state
   table per side arranged by join key, except a side that is an aggregate's output, which reads the
   aggregate's partials (`stream/aggregate_side.py`).
+- `AsofJoin` (`stream/asof_join.py`): `ASOF [LEFT] JOIN`, a join whose left rows each take the
+  right row of their key closest in time under one inequality; state tables as a `Join`'s.
 - `Aggregate` (`stream/aggregate.py`): GROUP BY with count/sum/avg/min/max/count distinct, a state
   table of partials per group and, for min/max/count distinct, one of value counts per (group, value).
 - `Values` (`stream/values.py`): constant rows, evaluated once.
 - `OverWindow` (`stream/over.py`): window functions (`... OVER (PARTITION BY ... ORDER BY ...)`),
   with a state table of its input's rows arranged by partition.
+- `Eowc` (`stream/eowc.py`): EMIT ON WINDOW CLOSE, a buffer of its input's rows keyed by a
+  watermarked column, each emitted once (an insert) when the watermark passes it.
 - `Share` (`stream/share.py`): one operator read by several parents (a subplan the query spells
   twice), evaluated once per epoch and per build.
+- `Union` (`stream/union.py`): `UNION ALL` of its inputs, each row tagged with its branch; no state.
+- `TemporalFilter` (`stream/temporal_filter.py`): `ts > NOW() - INTERVAL ...` / `ts <= NOW()`, rows
+  leaving or appearing as the epochs' NOW() advances, with a state table of its input's rows by time.
+- `TemporalJoin` (`stream/temporal_join.py`): `JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`, each stream
+  row looked up in table t as it arrives, never retracted by t's changes.
 
 The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`); `Dataflow`
 (`stream/dataflow.py`) drives a tree per epoch and from a snapshot.
 
 Stored JSON, per operator (warehouses keep it, so it does not change):
 `{"id", "op", "columns": [[name, type]...], "key", "inputs": [...]}` plus the operator's own fields,
-`op` being "scan" | "project" | "join" | "agg" | "over" | "values" | "share". A share's input is
+`op` being "scan" | "project" | "join" | "agg" | "over" | "values" | "share" | "asof_join" |
+"temporal_filter" | "temporal_join" | "union" (its `branches`). A share's input is
 stored under each of its parents. Fields were only ever added, never changed; a version that
 predates one cannot run a plan that uses it (a join's `borrowed` sides: it would look for state
 tables the plan does not have)."""
@@ -32,16 +42,22 @@ from typing import Any
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.schema import Schema
 from sparkwave.stream.aggregate import Aggregate
+from sparkwave.stream.asof_join import AsofJoin
+from sparkwave.stream.eowc import Eowc
 from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.share import Share
+from sparkwave.stream.temporal_filter import TemporalFilter
+from sparkwave.stream.temporal_join import TemporalJoin
+from sparkwave.stream.union import Union
 from sparkwave.stream.values import Values
 
 OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow, Values,
-                                                                Share)}
+                                                                Share, AsofJoin, TemporalFilter, Union, Eowc,
+                                                                TemporalJoin)}
 
 
 def from_json(d: dict[str, Any], shares: dict[int, Operator] | None = None) -> Operator:

@@ -47,6 +47,14 @@ class Share(Operator):
             io.shares[self.id] = self.input.delta(io)
         return io.shares[self.id]
 
+    def frame(self, io: EpochIO, keep: tuple[str, ...] = (), *, vnode: bool = False) -> DataFrame | None:
+        """A shared scan-and-projection chain (the FROM of a GROUPING SETS query) is read by each
+        parent's frame: it keeps no state to stage once."""
+        return self.input.frame(io, keep, vnode=vnode)
+
+    def arrow_delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
+        return self.input.arrow_delta(io, root=root) if self.stateless else None
+
     def delta_frame(self, io: FrameIO, *, root: bool = False) -> DataFrame | None:
         assert not root, "BUG: a shared operator is under a parent, never the root"
         if self.id not in io.shared_frames:

@@ -25,6 +25,8 @@ each its own module; its schema has a version and numbered migrations (`migratio
 - `sinks(name, mv, sink_id, spec, decouple, job)`: sinks; each has a job (strategy `sink`) whose
   row holds its position (`snapshot_epoch`, `next_vnode`, `consumed_epoch`), rate limit and error,
   and a pin (`sink:<name>`) on the MV at that position. Sinks share the relations' namespace (`sinks.py`).
+- `watermarks(relation, split, epoch, value)`, `late_rows(relation, count)`: the watermarks each epoch
+  moved (split '' the relation's) and the rows dropped below them, committed with the epoch (`watermarks.py`).
 - `settings(key, value)`: settings, durable counters, retention's oldest epoch per relation (`settings.py`).
 - `pending_folders(name)`: relation folders (`tables/<name>`) sparkwave is making or dropping while
   no relation holds them: recorded before a CREATE makes the folder and cleared in the transaction
@@ -49,10 +51,11 @@ from sparkwave.core.catalog.requests import Request, RequestsMixin
 from sparkwave.core.catalog.settings import SettingsMixin
 from sparkwave.core.catalog.sinks import SinkRow, SinksMixin
 from sparkwave.core.catalog.sources import EpochRanges, Ranges, SourceError, SourcesMixin
+from sparkwave.core.catalog.watermarks import NewWatermark, WatermarksMixin
 
 
 class Catalog(RelationsMixin, SinksMixin, EpochsMixin, DmlMixin, SourcesMixin, RequestsMixin, SettingsMixin,
-              HistoryMixin):
+              HistoryMixin, WatermarksMixin):
     """The catalog: one part per concern over one SQLite connection (`CatalogBase`)."""
 
 
@@ -60,7 +63,8 @@ __all__ = [
     "ALL_UPSTREAMS", "CORE_TABLES", "KEPT_EPOCHS", "KEPT_JOB_STEPS", "KEPT_REQUESTS", "NOT_IN_DELTA", "BadRecord",
     "Base", "Catalog", "CatalogBase", "Chunk", "ConsumedBatch", "Definition", "DmlBatch", "DmlMixin", "EpochRanges",
     "EpochRows", "EpochsMixin", "FilesMixin", "HistoryMixin", "JobRow", "JobStep", "JobsMixin", "LogFile", "LogTotal",
-    "NewLogFile", "PendingLogFile", "Phase", "PinsMixin", "PlannedEpoch", "Ranges", "Relation", "RelationsMixin",
-    "Request", "RequestsMixin", "SettingsMixin", "SinkRow", "SinksMixin", "SourceError", "SourcesMixin",
+    "NewLogFile", "NewWatermark", "PendingLogFile", "Phase", "PinsMixin", "PlannedEpoch", "Ranges", "Relation",
+    "RelationsMixin", "Request", "RequestsMixin", "SettingsMixin", "SinkRow", "SinksMixin", "SourceError",
+    "SourcesMixin", "WatermarksMixin",
     "catalog_problem",
 ]

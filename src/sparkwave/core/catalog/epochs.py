@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from sparkwave.core.catalog.connection import CatalogBase
+from sparkwave.core.catalog.watermarks import JudgedRange, NewWatermark, record_watermarks
 
 # What `commit_epoch` records (plain tuples are welcome): an epoch's log file of one relation, and
 # one bad source record it kept.
@@ -41,9 +42,11 @@ class EpochsMixin(CatalogBase):
 
     def commit_epoch(self, epoch: int, logs: Sequence[NewLogFile], offsets: dict[str, dict[str, int]], rows_in: int,
                      latency_ms: float, errors: Sequence[BadRecord] = (),
-                     bad_counts: dict[str, int] | None = None) -> None:
+                     bad_counts: dict[str, int] | None = None, watermarks: Sequence[NewWatermark] = (),
+                     late: dict[str, int] | None = None, judged: Sequence[JudgedRange] = ()) -> None:
         """Mark `epoch` committed with its log files `(relation, path, rows, version)`, offsets, the
-        bad source records kept `(relation, split, offset, error, raw)` and how many there were."""
+        bad source records kept `(relation, split, offset, error, raw)` and how many there were, the
+        watermarks it moved `(relation, split, value)` and the late rows it dropped per relation."""
         now = time.time()
         with self.transaction() as db:
             last = db.execute("SELECT committed_at FROM epochs WHERE state = 'committed' ORDER BY epoch DESC "
@@ -60,6 +63,7 @@ class EpochsMixin(CatalogBase):
             for rel, splits in offsets.items():
                 db.executemany('INSERT OR REPLACE INTO source_offsets VALUES (?, ?, ?)',
                                [(rel, s, o) for s, o in splits.items()])
+            record_watermarks(db, epoch, watermarks, late or {}, judged)
             db.execute("UPDATE epochs SET state = 'committed', committed_at = ?, rows_in = ?, latency_ms = ? "
                        "WHERE epoch = ?", (now, rows_in, latency_ms, epoch))
 
@@ -82,6 +86,14 @@ class EpochsMixin(CatalogBase):
             return [r[0] for r in self._all("SELECT epoch FROM epochs WHERE epoch > ? ORDER BY epoch", (after,))]
         return [r[0] for r in self._all("SELECT epoch FROM epochs WHERE epoch > ? AND epoch <= ? ORDER BY epoch",
                                         (after, upto))]
+
+    def epoch_now(self, epoch: int) -> int | None:
+        """`NOW()` of `epoch` in microseconds (UTC): the time its plan recorded (`meta/barrier/plan.py`),
+        or, for an epoch planned before plans recorded it, when it was planned; None if no such epoch."""
+        row = self._one("SELECT json_extract(plan, '$.now'), planned_at FROM epochs WHERE epoch = ?", (epoch,))
+        if row is None:
+            return None
+        return int(row[0]) if row[0] is not None else int(row[1] * 1_000_000)
 
     def last_planned_at(self) -> float:
         row = self._one("SELECT planned_at FROM epochs ORDER BY epoch DESC LIMIT 1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sparkwave.core.catalog.connection import CatalogBase
 from sparkwave.core.catalog.relations import RELATION_TABLES
+from sparkwave.core.catalog.watermarks import prune_watermarks
 
 KEPT_EPOCHS = 1000  # committed epochs kept in `epochs` beyond what retention and pins need
 KEPT_REQUESTS = 1000  # applied requests kept for `request_outcome`
@@ -28,6 +29,8 @@ class HistoryMixin(CatalogBase):
             cut = None if newest is None else newest[0] if floor is None else min(floor, newest[0])
             gone = db.execute("DELETE FROM epochs WHERE state = 'committed' AND epoch < ?",
                               (cut,)).rowcount if cut is not None else 0
+            if cut is not None:
+                prune_watermarks(db, cut)  # each split's last value before the cut stays
             db.execute("DELETE FROM requests WHERE applied_at IS NOT NULL AND id <= "
                        "(SELECT max(id) FROM requests) - ?", (KEPT_REQUESTS,))
         return gone

@@ -107,6 +107,19 @@ def _relative_paths(db: sqlite3.Connection, root: str) -> None:
         db.execute("UPDATE job_chunks SET files = ? WHERE job = ? AND lo = ?", (json.dumps(files), job, lo))
 
 
+def _watermarks(db: sqlite3.Connection, root: str) -> None:
+    """The watermarks each epoch moved, per relation and split (split '' the relation's), the rows
+    each relation dropped below its watermark, and the watermark a source's offsets were judged by
+    (`watermarks.py`)."""
+    db.execute("""CREATE TABLE IF NOT EXISTS watermarks (
+    relation TEXT NOT NULL, split TEXT NOT NULL, epoch INTEGER NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (relation, split, epoch))""")
+    db.execute("CREATE TABLE IF NOT EXISTS late_rows (relation TEXT PRIMARY KEY, count INTEGER NOT NULL)")
+    db.execute("""CREATE TABLE IF NOT EXISTS judged_ranges (
+    relation TEXT NOT NULL, split TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, watermark INTEGER NOT NULL,
+    PRIMARY KEY (relation, split, lo))""")
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int  # the catalog's version once applied
@@ -118,6 +131,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the schema of 2026-11-28 (a version-0 catalog gains the tables and indexes it lacks)", _schema),
     Migration(2, "a job's rows per vnode by upstream", _vnode_rows_by_upstream),
     Migration(3, "file paths relative to the warehouse", _relative_paths),
+    Migration(4, "watermarks per relation, split and epoch; late-row counts", _watermarks),
 )
 
 

@@ -19,7 +19,8 @@ from sparkwave.core.schema import Schema
 
 # the tables whose rows belong to one relation (column `relation`), besides `dml`
 RELATION_TABLES = ("log_files", "bases", "base_files", "source_offsets", "source_errors", "source_error_counts",
-                   "source_snapshots", "pins")
+                   "source_snapshots", "pins", "watermarks", "late_rows",
+                   "judged_ranges")
 
 
 @dataclass(frozen=True)

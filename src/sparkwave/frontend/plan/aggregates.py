@@ -11,12 +11,15 @@ from sparkwave.core.errors import CatalogError, SqlError
 from sparkwave.core.schema import SqlType, column_name_problem
 from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.decimals import decimal_avg, decimal_parts, decimal_scale, decimal_sum
+from sparkwave.frontend.plan.ordered_aggs import ordered_aggs, ordered_calls
 from sparkwave.frontend.plan.scope import Item, Scope
 from sparkwave.frontend.plan.string_aggs import string_aggs
 from sparkwave.frontend.rewrite import output_name
+from sparkwave.frontend.subqueries import HIDDEN_PREFIX, JOINED_PREFIX
 from sparkwave.stream.aggregate import Agg, Aggregate, sum_type
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.project import Project
+from sparkwave.stream.scan import Scan
 
 _AGGS = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
 Outputs = list[tuple[str, str]]  # (output name, internal column)
@@ -71,6 +74,17 @@ class _Calls:
         self.aggs: list[Agg] = []
         self._by_call: dict[str, str] = {}
         self._arg_of: dict[str, str] = {}
+        self.dependent: set[str] = set()  # aliases of the FROM items whose whole key is grouped
+
+    def grouped_keys(self, exprs: list[exp.Expr]) -> None:
+        """PostgreSQL's functional dependency: a table or MV whose whole key the GROUP BY names as
+        columns has one row per group, so any of its columns (and `t.*`) may be selected."""
+        grouped = {self.scope.internal(g, "GROUP BY") for g in exprs if isinstance(g, exp.Column)
+                   and not isinstance(g.this, exp.Star) and self.scope.single_item(g) is not None}
+        for it in self.scope.items:
+            visible = {it.cols[c] for c in it.order}
+            if isinstance(it.node, Scan) and it.node.key and set(it.node.key) <= grouped & visible:
+                self.dependent.add(it.alias)
 
     def group(self, exprs: list[exp.Expr]) -> None:
         for g in exprs:
@@ -106,7 +120,8 @@ class _Calls:
         if fn is None:
             raise self.ctx.err(f"unsupported aggregate {call.sql(dialect='postgres')} in a materialized view; "
                                "supported: count, sum, avg, min, max, count(DISTINCT x), bool_and, bool_or, "
-                               "string_agg", call.sql_name())
+                               "string_agg, first_value / last_value (x ORDER BY y), percentile_cont, "
+                               "percentile_disc, mode", call.sql_name())
         if call.find(exp.Window):
             raise self.ctx.err("unsupported window function (OVER ...)", "OVER")
         arg = call.this
@@ -142,6 +157,9 @@ class _Calls:
             if sql is not None and sql in self.group_of:
                 return exp.column(self.group_of[sql], quoted=True)
         if isinstance(e, exp.Column):
+            if (owner := self.scope.single_item(e)) is not None and owner.alias in self.dependent:
+                self.group([e])  # functionally dependent on a grouped key: one value per group
+                return exp.column(self.group_of[self.scope.resolve(e, where)], quoted=True)
             raise self.ctx.err(f"column {e.sql(dialect='postgres')} must appear in GROUP BY or be used in an "
                                f"aggregate ({where})", e.name)
         e = e.copy()
@@ -161,9 +179,13 @@ def aggregate(ctx: PlanContext, q: exp.Select, node: Operator, items: list[Item]
     if any(e.find(exp.GroupConcat) for e in [*q.expressions, *([having.this] if having is not None else [])]):
         q, node = string_aggs(ctx, q, group_exprs, node, items, predicate)
         predicate = None
+    if any(ordered_calls(e) for e in [*q.expressions, *([having.this] if having is not None else [])]):
+        q, node = ordered_aggs(ctx, q, group_exprs, node, items, predicate)
+        predicate = None
     calls = _Calls(ctx, Scope(ctx, items))
     calls.node = node
     calls.group(group_exprs)
+    calls.grouped_keys(group_exprs)
     scalar = not calls.group_cols
     if scalar:
         gcol = ctx.name("_g")
@@ -172,12 +194,10 @@ def aggregate(ctx: PlanContext, q: exp.Select, node: Operator, items: list[Item]
     post: list[tuple[str, str, exp.Expr]] = []
     for i, proj in enumerate(q.expressions):
         inner = proj.unalias() if isinstance(proj, exp.Alias) else proj
-        if _is_star(inner):
-            raise ctx.err("SELECT * is not allowed with GROUP BY; name the columns", "*")
-        name = output_name(proj, i)
-        if problem := column_name_problem(name):
-            raise ctx.err(f"output column name {name!r} {problem}; choose another alias", name)
-        post.append((name, ctx.name(name), calls.rewrite(inner, f"SELECT item {i + 1}")))
+        for name, term in _star_columns(ctx, calls, inner) if _is_star(inner) else [(output_name(proj, i), inner)]:
+            if problem := column_name_problem(name):
+                raise ctx.err(f"output column name {name!r} {problem}; choose another alias", name)
+            post.append((name, ctx.name(name), calls.rewrite(term, f"SELECT item {i + 1}")))
     having = q.args.get("having")
     having_tree = calls.rewrite(having.this, "HAVING") if having is not None else None
     pre_node = ctx.project(node, calls.pre, predicate, [])
@@ -195,6 +215,19 @@ def aggregate(ctx: PlanContext, q: exp.Select, node: Operator, items: list[Item]
     if distinct is not None and not scalar:  # DISTINCT over groups (a scalar aggregate has one row)
         out = distinct_rows(ctx, out, [i for _, i in outputs])
     return out, outputs
+
+
+def _star_columns(ctx: PlanContext, calls: _Calls, star: exp.Expr) -> list[tuple[str, exp.Expr]]:
+    """`*` / `t.*` with GROUP BY: the columns of the items whose key is grouped, in FROM order."""
+    qual = star.table.lower() if isinstance(star, exp.Column) and star.table else None
+    chosen = sorted((it for it in calls.scope.items if (qual is None and not it.alias.startswith(JOINED_PREFIX))
+                     or it.alias == qual), key=lambda it: it.pos)
+    loose = [it.alias for it in chosen if it.alias not in calls.dependent or it.merged]
+    if loose or not chosen:
+        raise ctx.err(f"SELECT {star.sql()} with GROUP BY needs the primary key of {', '.join(loose) or qual} in "
+                      "GROUP BY (PostgreSQL's functional dependency); name the columns otherwise", "*")
+    return [(c, exp.column(c, table=it.alias, quoted=True)) for it in chosen for c in it.order
+            if not c.startswith(HIDDEN_PREFIX)]
 
 
 def distinct_rows(ctx: PlanContext, node: Project, columns: list[str]) -> Project:

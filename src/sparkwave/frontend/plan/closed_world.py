@@ -17,6 +17,8 @@ from sqlglot import exp
 
 from sparkwave.core.errors import SqlError
 from sparkwave.frontend.functions import function_of
+from sparkwave.frontend.plan.proctime import SHAPE as TEMPORAL_JOIN
+from sparkwave.frontend.plan.proctime import is_proctime
 
 ALL = frozenset({"*"})  # every arg: sqlglot writes the node to Spark SQL whole
 _OPERATORS = ("this", "expression")
@@ -28,7 +30,8 @@ HANDLED: dict[type[exp.Expr], frozenset[str]] = {
                            "order", "limit", "offset", "qualify"}),
     exp.From: frozenset({"this"}),
     exp.Join: frozenset({"this", "on", "using", "side", "kind", "method"}),
-    exp.Table: frozenset({"this", "alias", "db", "catalog"}),
+    exp.Table: frozenset({"this", "alias", "db", "catalog", "version"}),  # version: check_dropped, temporal_join.py
+    exp.Version: frozenset({"this", "kind", "expression"}),  # AS OF PROCTIME() only (check_dropped)
     exp.TableAlias: frozenset({"this", "columns"}),
     exp.Subquery: frozenset({"this", "alias"}),
     exp.Values: frozenset({"expressions", "alias", "order", "limit", "offset"}),
@@ -46,12 +49,14 @@ HANDLED: dict[type[exp.Expr], frozenset[str]] = {
     exp.Distinct: frozenset({"expressions", "on"}),
     exp.With: frozenset({"expressions", "recursive"}),
     exp.CTE: frozenset({"this", "alias", "materialized"}),
-    exp.Union: ALL,  # refused by the planner: "unsupported query shape Union"
-    exp.Intersect: ALL,
-    exp.Except: ALL,
+    # set operations and grouping sets (plan/setops.py, plan/grouping_sets.py; ORDER BY / LIMIT: rewrite.py)
+    **{cls: frozenset({"this", "expression", "distinct", "with_", "order", "limit", "offset", "by_name", "kind", "on"})
+       for cls in (exp.Union, exp.Intersect, exp.Except)},
+    **{cls: frozenset({"expressions"}) for cls in (exp.GroupingSets, exp.Rollup, exp.Cube, exp.Grouping)},
     exp.Window: frozenset({"this", "partition_by", "order", "spec", "alias", "over"}),
     exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
     exp.Filter: ALL,  # aggregate FILTER: `rewrite` makes it a CASE
+    exp.WithinGroup: frozenset({"this", "expression"}),  # ordered-set aggregates: plan/ordered_aggs.py
     exp.Exists: ALL,  # subqueries.py: semi and anti joins
     exp.Any: ALL,
     exp.All: ALL,
@@ -85,7 +90,7 @@ _FUNCTION_ARGS_REFUSED: dict[type[exp.Expr], frozenset[str]] = {
 }
 # values of a consumed arg that the planner does not plan
 _VALUES_REFUSED: dict[tuple[type[exp.Expr], str], Callable[[object], str | None]] = {
-    (exp.Join, "method"): lambda v: None if str(v).upper() in ("", "NATURAL") else f"{str(v).upper()} JOIN",
+    (exp.Join, "method"): lambda v: None if str(v).upper() in ("", "NATURAL", "ASOF") else f"{str(v).upper()} JOIN",
 }
 # readable names for refused args (else the arg's name, in capitals)
 NAMES: dict[tuple[type[exp.Expr] | None, str], str] = {
@@ -138,7 +143,7 @@ CLASS_NAMES: dict[type[exp.Expr], str] = {
     exp.Returning: "RETURNING", exp.Bracket: "subscripts (x[i])", exp.Dot: "field access (x.y.z)",
     exp.Lambda: "lambdas", exp.Parameter: "parameters",
     exp.Placeholder: "parameters", exp.IgnoreNulls: "IGNORE NULLS", exp.RespectNulls: "RESPECT NULLS",
-    exp.WithinGroup: "WITHIN GROUP", exp.Collate: "COLLATE",
+    exp.Collate: "COLLATE",
 }
 
 
@@ -196,12 +201,21 @@ def check_closed(query: exp.Expr, error: Callable[[str, str | None], SqlError]) 
         stack.extend(node.iter_expressions())
 
 
-def check_dropped(query: exp.Expr, error: Callable[[str, str | None], SqlError]) -> None:
+def check_dropped(query: exp.Expr, error: Callable[[str, str | None], SqlError], *, planned: bool = False) -> None:
     """For any statement, when it is parsed: refuse by name the clauses that a planner would drop or
     Spark would read as something else (an ASOF join as an inner join, `FOR SYSTEM_TIME AS OF` as
-    Spark's time travel), before the function check names a function inside them instead."""
+    Spark's time travel), before the function check names a function inside them instead. A query
+    the planner plans (`planned`: a materialized view's) may have an ASOF join; Spark, which runs
+    other queries, has none."""
     for node in query.find_all(exp.Join, exp.Table, exp.Version):
-        if isinstance(node, exp.Join) and (why := refused_arg(exp.Join, "method", node.args.get("method") or "")):
+        method = str(node.args.get("method") or "").upper() if isinstance(node, exp.Join) else ""
+        if method == "ASOF" and not planned:
+            raise error("ASOF JOIN is not supported in a query: create a materialized view with it, and query "
+                        "the view", "ASOF")
+        if isinstance(node, exp.Join) and (why := refused_arg(exp.Join, "method", method)):
             raise error(f"{why} is not supported", _keyword(why))
-        if isinstance(node, exp.Version) or (isinstance(node, exp.Table) and node.args.get("version")):
-            raise error("FOR SYSTEM_TIME AS OF is not supported", "FOR")
+        if isinstance(node, exp.Table) and node.args.get("version") and not (
+                planned and is_proctime(node.args["version"]) and isinstance(node.parent, exp.Join)):
+            raise error("FOR SYSTEM_TIME AS OF is not supported" + (
+                " in a query: create a materialized view with the temporal join, and query the view" if not planned
+                else f" except as a process-time temporal join: {TEMPORAL_JOIN}"), "FOR")

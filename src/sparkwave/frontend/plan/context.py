@@ -19,6 +19,7 @@ from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
+from sparkwave.stream.union import Union
 from sparkwave.stream.values import Values
 
 
@@ -75,7 +76,11 @@ class PlanContext:
         if isinstance(op, Project):
             return self.append_only(op.input)
         if isinstance(op, Join):
-            return op.join_type == "inner" and self.append_only(op.left) and self.append_only(op.right)
+            # (an inner ASOF join, `per_key`, retracts a match when a closer right row arrives)
+            return op.join_type == "inner" and not op.per_key and self.append_only(op.left) \
+                and self.append_only(op.right)
+        if isinstance(op, Union):  # UNION ALL of inputs that only gain rows
+            return all(self.append_only(p) for p in op.inputs)
         return isinstance(op, Values)
 
     def linkable(self, name: str) -> bool:

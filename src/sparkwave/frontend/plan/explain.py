@@ -14,9 +14,13 @@ from sparkwave.core.errors import CatalogError
 from sparkwave.frontend.plan.explain_names import IDENT as _IDENT
 from sparkwave.frontend.plan.explain_names import Names
 from sparkwave.frontend.plan.explain_names import sql_text as _sql
+from sparkwave.frontend.plan.join_words import interval_words
 from sparkwave.frontend.plan.planner import MvPlan
+from sparkwave.frontend.plan.watermarks import cleaned_words
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.aggregate_side import AggregateSide
+from sparkwave.stream.asof_join import AsofJoin
+from sparkwave.stream.eowc import Eowc
 from sparkwave.stream.join import SIDES, Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
@@ -25,6 +29,9 @@ from sparkwave.stream.project import Project
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.share import Share
 from sparkwave.stream.table_side import TableSide
+from sparkwave.stream.temporal_filter import TemporalFilter
+from sparkwave.stream.temporal_join import TemporalJoin
+from sparkwave.stream.union import Union
 from sparkwave.stream.values import Values
 
 INDENT = "  "
@@ -137,16 +144,28 @@ class _Explain:
             keys = ", ".join(f"{n(a)} = {n(b)}" for a, b in zip(op.left_keys, op.right_keys, strict=True))
             borrowed = [f"{side} side: aggregate #{where.agg.id}'s state" for side in SIDES
                         if isinstance(where := op.side(side), AggregateSide)]
-            return [op.join_type, f"on: [{keys}]", *borrowed]
+            closest = [f"closest: {n(op.left_time)} {op.inequality} {n(op.right_time)}, a tie to the least right key"] \
+                if isinstance(op, AsofJoin) else []
+            return [op.join_type, f"on: [{keys}]", *closest, *borrowed]
         if isinstance(op, Aggregate):
             calls = [c if (c := n.call(a)) == n(a.out) else f"{n(a.out)} := {c}" for a in op.aggs]
             return [f"calls: [{', '.join(calls)}]"] if calls else []
         if isinstance(op, OverWindow):
             return [f"partition: [{n.all(op.partition)}]",
                     f"calls: [{', '.join(f'{n(c)} := {n.expr(e)}' for c, e in op.calls)}]"]
+        if isinstance(op, Eowc):
+            return [f"emit on window close: {n(op.cleaning.column)} below {op.cleaning.watermark.describe()}"]
+        if isinstance(op, TemporalJoin):
+            keys = ", ".join(f"{n(a)} = {n(b)}" for a, b in zip(op.left_keys, op.right_keys, strict=True))
+            return [op.join_type, f"on: [{keys}]", f"{op.table} as of each row's epoch (FOR SYSTEM_TIME AS OF "
+                    "PROCTIME()): its later changes retract nothing"]
+        if isinstance(op, TemporalFilter):
+            return [f"where: {' AND '.join(f'{n(op.column)} {c}' for c in op.describe().split(' AND '))}"]
         if isinstance(op, Values):
             rows = ", ".join("(" + ", ".join(_sql(v) for v in r) + ")" for r in op.rows)
             return [f"columns: [{n.all([c for c, _ in op.columns])}]", f"rows: [{rows}]"]
+        if isinstance(op, Union):  # UNION ALL: no state; its key's first column tags each row's branch
+            return [f"all: {len(op.inputs)} branches", f"branch: {n(op.key[0])}"]
         return []
 
     def scan(self, op: Scan) -> list[str]:
@@ -194,7 +213,17 @@ class _Explain:
                 used = by_arg.get(arg)
                 purpose = f", for {n.call(used)}" if used else ""
                 out.append(self.table(op.values_state(j), f"each value of {n(arg)} {group} with its count{purpose}"))
-            return out
+            return [StateTable(t.name, t.words + cleaned_words(op.cleaning, n)) for t in out]
+        if isinstance(op, Eowc):
+            return [self.table(op.buffer, f"rows not yet closed per {n.all(op.buffer_key)}, each emitted once and "
+                                          f"deleted when {op.cleaning.watermark.describe()} passes "
+                                          f"{n(op.cleaning.column)}")]
+        if isinstance(op, TemporalJoin) and not op.append_only:
+            return [self.table(op.state, f"what each stream row was joined to, by {n.all(op.key)}: its delete "
+                                         "retracts it; cleaned by the row's delete")]
+        if isinstance(op, TemporalFilter):
+            return [self.table(op.state, f"temporal filter input rows NOW() may still move in or out, by "
+                                         f"{n(op.column)}; cleaned by NOW(): {op.cleaned(n(op.column))}")]
         if isinstance(op, OverWindow):
             calls = ", ".join(n(c) for c, _ in op.calls)
             return [self.table(op.state, f"the rows of each {n.all(op.partition)}, for {calls}")]
@@ -211,6 +240,7 @@ class _Explain:
             words = f"the {side} side's {rows} by {self.n.all(keys)}"
             if isinstance(where, TableSide):
                 words += f" (kept as {where.relation}'s own rows: a backfill links its files)"
+            words += interval_words(op, side, self.n)  # an interval join's state cleaning
             out.append(self.table(where.state, words))
         return out
 

@@ -11,10 +11,15 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from sparkwave.core.schema import SqlType
+from sparkwave.frontend.plan.asof import EXAMPLE as ASOF_EXAMPLE
+from sparkwave.frontend.plan.asof import asof_kind, one_time_type, take_inequality, timed_rows
 from sparkwave.frontend.plan.context import PlanContext
+from sparkwave.frontend.plan.intervals import interval_of, outer_cleaning, outer_ranges
 from sparkwave.frontend.plan.scope import Item, Scope
 from sparkwave.frontend.plan.sources import values_item
+from sparkwave.frontend.plan.temporal_join import is_temporal, plan_temporal_join
 from sparkwave.frontend.subqueries import HIDDEN_PREFIX, conjuncts
+from sparkwave.stream.asof_join import AsofJoin
 from sparkwave.stream.expressions import Expr
 from sparkwave.stream.join import Join, JoinType
 from sparkwave.stream.operator import Operator
@@ -66,6 +71,8 @@ def _join_kind(ctx: PlanContext, fc: FromClause, j: exp.Join, right: Item
     side = (j.args.get("side") or "").upper()
     kind = (j.args.get("kind") or "").upper()
     method = (j.args.get("method") or "").upper()
+    if method == "ASOF":
+        return asof_kind(ctx, j), conjuncts(j.args["on"]), False
     if method not in ("", "NATURAL"):
         raise ctx.err(f"{method} JOIN is not supported", method)
     natural = method == "NATURAL"
@@ -86,6 +93,8 @@ def _join_kind(ctx: PlanContext, fc: FromClause, j: exp.Join, right: Item
 
 def join_one(ctx: PlanContext, fc: FromClause, j: exp.Join, right: Item) -> None:
     """`fc` joined with `right` by `j`."""
+    if is_temporal(j):  # FOR SYSTEM_TIME AS OF PROCTIME(): `temporal_join.py`
+        return plan_temporal_join(ctx, fc, j, right)
     jtype, conds, from_where = _join_kind(ctx, fc, j, right)
     items = fc.items
     if from_where:  # implicit join: its equalities come from WHERE
@@ -94,17 +103,25 @@ def join_one(ctx: PlanContext, fc: FromClause, j: exp.Join, right: Item) -> None
         fc.where = [c for c in fc.where if c not in conds]
     split = _split(ctx, items, right, conds)
     node = fc.node
-    if not split.lk and (ctx.one_row(right.node) or ctx.one_row(node)):
+    asof = take_inequality(ctx, items, right, split.both) if (j.args.get("method") or "").upper() == "ASOF" \
+        else None
+    if not split.lk and asof is None and (ctx.one_row(right.node) or ctx.one_row(node)):
         node, split.lk = _constant_key(ctx, node)  # a scalar subquery's row meets every row
         right.node, split.rk = _constant_key(ctx, right.node)
     if not split.lk:
         raise ctx.err("unsupported non-equi join: a join in a materialized view needs at least one "
-                      "equality between columns of its two sides", "JOIN" if not from_where else "FROM")
+                      "equality between columns of its two sides" + (f", as in {ASOF_EXAMPLE}" if asof else ""),
+                      "JOIN" if not from_where else "FROM")
+    ranged, ranges = list(split.both), None  # an outer join's range conditions in ON, between a time of each side
     if jtype != "inner" and split.both:
         Scope(ctx, [*items, right]).resolve(split.both[0], "ON")  # an unknown column is named as such
-        raise ctx.err(f"unsupported condition {split.both[0].sql(dialect='postgres')} in the ON clause of an "
-                      "outer join: besides equalities between the two sides, a condition there may "
-                      "use the columns of one side only", "ON")
+        ranges = outer_ranges(ctx, items, right, split.both, node, right.node) if asof is None else None
+        if ranges is None:
+            raise ctx.err(f"unsupported condition {split.both[0].sql(dialect='postgres')} in the ON clause of an "
+                          "outer join: besides equalities between the two sides, a condition there may use the "
+                          "columns of one side only, or bound a time of one side by a time of the other "
+                          "(a.ts BETWEEN b.ts AND b.ts + INTERVAL '10' SECOND)", "ON")
+        split.both = []  # the join applies them
     node = _widen_keys(ctx, node, right, split)
     if jtype in ("right", "full") and fc.after:  # this join NULL-pads their columns: apply them first
         node, fc.after = filter_rows(ctx, node, fc.after, items), []
@@ -114,13 +131,28 @@ def join_one(ctx: PlanContext, fc: FromClause, j: exp.Join, right: Item) -> None
     node, lk = on_side(ctx, node, split.on_left, items, split.lk, preserved=jtype in ("left", "full"))
     right_node, rk = on_side(ctx, right.node, split.on_right, [right], split.rk,
                              preserved=jtype in ("right", "full"))
-    if jtype != "inner":
+    if asof is not None:
+        node, right_node, asof = one_time_type(ctx, node, right_node, asof)
+        node, lk = timed_rows(ctx, node, asof.left, lk, preserved=jtype == "left")
+        right_node, rk = timed_rows(ctx, right_node, asof.right, rk, preserved=False)
+    if jtype != "inner" or asof is not None:  # (a WHERE filter pushed into the right side would change the match)
         fc.all_inner = False
     for it in items:
         it.nullable = it.nullable or jtype in ("right", "full")
     right.nullable = right.nullable or jtype in ("left", "full")
-    fc.node = Join(ctx.next_id(), node.columns + right_node.columns, node.key + right_node.key, left=node,
-                   right=right_node, join_type=jtype, left_keys=lk, right_keys=rk)
+    if asof is not None:
+        fc.node = AsofJoin(ctx.next_id(), node.columns + right_node.columns,  # a left row has one output row
+                           node.key or node.key + right_node.key, left=node,
+                           right=right_node, join_type=jtype, left_keys=lk, right_keys=rk,
+                           inequality=asof.inequality, left_time=asof.left, right_time=asof.right)
+    else:
+        fc.node = Join(ctx.next_id(), node.columns + right_node.columns, node.key + right_node.key, left=node,
+                       right=right_node, join_type=jtype, left_keys=lk, right_keys=rk,
+                       interval=interval_of(ctx, items, right, split.both + fc.where, node, right_node)
+                       if jtype == "inner" and fc.all_inner else
+                       outer_cleaning(interval_of(ctx, items, right, ranged, node, right_node), jtype)
+                       if ranges else None,
+                       ranges=ranges or [])
     items.append(right)
     fc.after += split.both
 

@@ -21,13 +21,13 @@ def named_outputs(ctx: PlanContext, outputs: Outputs) -> Outputs:
     """The query's outputs under the names of `CREATE MATERIALIZED VIEW mv (a, b, ...)`, if given."""
     visible = list(outputs)
     if columns := (ctx.stmt.columns if isinstance(ctx.stmt, CreateMaterializedView) else ()):
-        if len(columns) > len(visible):
+        if len(columns) != len(visible):  # RisingWave's rule; PostgreSQL would name only the first outputs
             raise ctx.err(f"materialized view column list names {len(columns)} columns, but its query has "
-                          f"{len(visible)}", "AS")
+                          f"{len(visible)}; name every column or none", "AS")
         if reserved := sorted(set(columns) & RESERVED_COLUMNS):
             raise ctx.err(f"column name(s) {', '.join(reserved)} in the materialized view's column list are "
                           "reserved for sparkwave's own columns; choose another name", reserved[0])
-        visible = [(columns[j] if j < len(columns) else n, i) for j, (n, i) in enumerate(visible)]
+        visible = [(columns[j], i) for j, (_, i) in enumerate(visible)]
     names = [n for n, _ in visible]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from sqlglot import exp
 
 from sparkwave.core.catalog import Relation
+from sparkwave.core.errors import SparkwaveError
 from sparkwave.core.schema import Schema
 from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.frontend.plan.closed_world import check_closed
@@ -20,6 +21,7 @@ from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.keys import mv_columns, mv_key, named_outputs
 from sparkwave.frontend.plan.select import select
 from sparkwave.frontend.plan.types import SparkTypes, TypeOracle
+from sparkwave.frontend.plan.watermarks import plan_watermarks
 from sparkwave.frontend.rewrite import rewrite
 from sparkwave.frontend.statements import Statement
 from sparkwave.stream.join import Join
@@ -44,7 +46,7 @@ class Planner:
     def plan(self, query: exp.Expr) -> MvPlan:
         ctx = self.ctx
         check_closed(query, ctx.err)
-        node, outputs = select(ctx, rewrite(_as_select(ctx, query)))
+        node, outputs = select(ctx, rewrite(_as_select(ctx, query), self._columns_of))
         visible = named_outputs(ctx, outputs)
         key, hidden = mv_key(node, visible)
         cols = mv_columns(node, visible, hidden)
@@ -57,7 +59,16 @@ class Planner:
             if isinstance(op, Join):
                 op.borrow_states()  # a join side that is an aggregate's output reads the aggregate's state
                 op.link_tables(ctx.linkable)  # a side that is a table's rows keeps them under its names
+        if plan_watermarks(ctx, node):  # EMIT ON WINDOW CLOSE: each row inserted once, when closed
+            append_only = True
         return MvPlan(node, Schema(tuple(cols), tuple(key), append_only), visible + hidden, ups)
+
+    def _columns_of(self, name: str) -> set[str] | None:
+        try:
+            rel = self.ctx.relation(name)
+        except SparkwaveError:
+            return None  # a CTE's name, or unknown: planning says which
+        return {c.name.lower() for c in rel.schema.columns if not c.hidden}
 
 
 def _as_select(ctx: PlanContext, query: exp.Expr) -> exp.Expr:

@@ -6,10 +6,13 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sparkwave.core.schema import column_name_problem
+from sparkwave.frontend.plan import temporal
 from sparkwave.frontend.plan.aggregates import agg_calls, aggregate
 from sparkwave.frontend.plan.context import PlanContext
+from sparkwave.frontend.plan.grouping_sets import grouped_sets, grouping_sets
 from sparkwave.frontend.plan.joins import FromClause, plan_from, restrict
 from sparkwave.frontend.plan.scope import Item, Scope
+from sparkwave.frontend.plan.setops import set_operation
 from sparkwave.frontend.plan.sources import table_item
 from sparkwave.frontend.plan.windows import over
 from sparkwave.frontend.rewrite import output_name
@@ -23,12 +26,17 @@ Outputs = list[tuple[str, str]]  # (output name, internal column)
 
 def select(ctx: PlanContext, q: exp.Expr) -> tuple[Project, Outputs]:
     """`q` as an operator tree whose root projection has its output columns."""
+    if isinstance(q, exp.SetOperation):  # UNION / INTERSECT / EXCEPT: each operand planned as a query
+        return set_operation(ctx, q, select)
     if not isinstance(q, exp.Select):
         raise ctx.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
     check_shape(ctx.stmt, q)
     fc = plan_from(ctx, q, lambda t: from_item(ctx, t))
+    timed, fc.where = temporal.split(fc.where)
     predicate = _where(ctx, fc)
     node, items = fc.node, fc.items
+    if timed:  # WHERE ts > NOW() - INTERVAL ...: a temporal filter over what WHERE keeps
+        node, predicate = temporal.with_temporal(ctx, node, Scope(ctx, items), predicate, timed)
     aggs = [a for e in q.expressions for a in agg_calls(e)]
     having = q.args.get("having")
     if having is not None:
@@ -38,6 +46,8 @@ def select(ctx: PlanContext, q: exp.Expr) -> tuple[Project, Outputs]:
         if windowed:
             raise ctx.err("window functions (OVER ...) with SELECT DISTINCT * are not supported; name the "
                           "columns", "OVER")
+        if grouping_sets(q):  # GROUPING SETS / ROLLUP / CUBE / GROUPING(): a union of one GROUP BY per set
+            return grouped_sets(ctx, q, node, items, predicate)
         return aggregate(ctx, q, node, items, predicate)
     if windowed:  # after WHERE, before the SELECT list
         q, node = over(ctx, q, node, items, predicate)

@@ -14,6 +14,7 @@ from sparkwave.core.schema import Column, Schema, parse_type
 from sparkwave.frontend.plan.planner import MvPlan, Planner
 from sparkwave.frontend.plan.types import TypeOracle
 from sparkwave.frontend.statements import CreateMaterializedView, CreateTable, Query, parse
+from sparkwave.frontend.watermark_ddl import declared
 
 
 class StaticCatalog:
@@ -29,8 +30,10 @@ class StaticCatalog:
             raise CatalogError(f"unknown table or materialized view {name!r} (known: {known})")
         return rel
 
-    def add(self, name: str, kind: str, schema: Schema) -> Relation:
-        self.relations[name] = Relation(name, kind, schema, {"sql": "", "upstreams": []}, 0)
+    def add(self, name: str, kind: str, schema: Schema, watermark: dict | None = None) -> Relation:
+        """`watermark`: the relation's `WATERMARK FOR` as its definition stores it (`stream/watermark.py`)."""
+        definition: dict = {"sql": "", "upstreams": []} | ({"watermark": watermark} if watermark else {})
+        self.relations[name] = Relation(name, kind, schema, definition, 0)
         return self.relations[name]
 
     def run(self, sql: str) -> list[MvPlan]:
@@ -70,5 +73,6 @@ class StaticCatalog:
         if not key:
             columns.append(Column("_row_id", parse_type("bigint"), hidden=True))
             key = ["_row_id"]
-        self.add(name, stmt.relation_kind,
-                 Schema(tuple(columns), tuple(key), append_only))
+        schema = Schema(tuple(columns), tuple(key), append_only)
+        watermark = declared(stmt, schema)
+        self.add(name, stmt.relation_kind, schema, watermark.to_json() if watermark else None)

@@ -30,7 +30,7 @@ _INT = (exp.Length, exp.BitLength, exp.Ascii, exp.StrPosition, exp.RowNumber, ex
         exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear, exp.WeekOfYear, exp.Quarter, exp.Year, exp.Month, exp.Day,
         exp.Hour, exp.Minute, exp.Second, exp.DayOfWeekIso, exp.Week)
 _SAME = (exp.Abs, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue, exp.Min, exp.Max, exp.Neg,
-         exp.Paren, exp.BitwiseNot)
+         exp.Paren, exp.BitwiseNot, exp.Mode)
 _COMMON = (exp.Coalesce, exp.Greatest, exp.Least)
 _ANONYMOUS: dict[str, T.DataType] = {
     "octet_length": T.IntegerType(), "bit_length": T.IntegerType(), "locate": T.IntegerType(),
@@ -164,6 +164,14 @@ def _function(e: exp.Expr, schema: dict[str, T.DataType]) -> T.DataType:
         return T.IntegerType()
     if isinstance(e, exp.Anonymous) and (t := _ANONYMOUS.get(e.name.lower())) is not None:
         return t
+    if isinstance(e, exp.ArraySize):
+        return T.IntegerType()
+    if isinstance(e, exp.Bracket) and len(e.expressions) == 1:  # element_at(sort_array(collect_list(x) OVER ...), i)
+        arr = e.this
+        while isinstance(arr, exp.ArraySort | exp.Window):
+            arr = arr.this
+        if isinstance(arr, exp.ArrayAgg):
+            return _type(arr.this, schema)
     raise UntypedError(f"no typing rule for {e.sql(dialect='spark')[:80]} ({type(e).__name__}); "
                      "planning it needs Spark's analyser (SparkTypes)")
 

@@ -13,6 +13,7 @@ from sqlglot import exp
 from sparkwave.core.errors import SqlError
 from sparkwave.frontend.statements.nodes import CreateMaterializedView, CreateSink, CreateSource, CreateTable, Statement
 from sparkwave.frontend.statements.sql import parse_sql
+from sparkwave.frontend.statements.watermark import take_emit, take_watermark
 
 NAME = r"([A-Za-z_][A-Za-z0-9_]*)"  # a relation's name is further checked by core/names.py
 _OPTIONS = re.compile(r"\bWITH\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
@@ -90,7 +91,8 @@ def _table_clauses(at: Statement, text: str) -> _TableClauses:
 
 def _table(at: Statement, text: str, node: type[CreateTable]) -> CreateTable:
     clauses = _table_clauses(at, text)
-    ast = parse_sql(at, clauses.body)
+    body, watermark = take_watermark(at, clauses.body)
+    ast = parse_sql(at, body)
     if isinstance(ast, exp.Create) and isinstance(ast.this, exp.Table) and clauses.options.get("connector"):
         ast.set("this", exp.Schema(this=ast.this, expressions=[]))  # no columns: the connector may know them
     if not isinstance(ast, exp.Create) or not isinstance(ast.this, exp.Schema):
@@ -98,17 +100,30 @@ def _table(at: Statement, text: str, node: type[CreateTable]) -> CreateTable:
     if ast.expression is not None:
         raise at.error("CREATE TABLE ... AS SELECT is not supported; use CREATE MATERIALIZED VIEW", "AS")
     return node(at.text, at.line, at.col, ast=ast, options=clauses.options, append_only=clauses.append_only,
-                on_conflict=clauses.on_conflict, if_not_exists=bool(ast.args.get("exists")))
+                on_conflict=clauses.on_conflict, if_not_exists=bool(ast.args.get("exists")), watermark=watermark)
 
 
 def create_table(at: Statement) -> CreateTable | None:
+    if _TABLE.match(at.text):
+        _no_proctime_column(at)
     return _table(at, at.text, CreateTable) if _TABLE.match(at.text) else None
 
 
 def create_source(at: Statement) -> CreateTable | None:
     """Parsed as the CREATE TABLE it resembles: sqlglot does not know CREATE SOURCE."""
     m = _SOURCE.match(at.text)
+    if m:
+        _no_proctime_column(at)
     return _table(at, "CREATE TABLE" + at.text[m.end():], CreateSource) if m else None
+
+
+def _no_proctime_column(at: Statement) -> None:
+    """RisingWave's `col TIMESTAMPTZ AS PROCTIME()` column is not supported yet: say so, and what to
+    write (sqlglot would report a syntax error at AS)."""
+    if re.search(r"\bAS\s+PROCTIME\s*\(\s*\)", at.text, re.IGNORECASE):
+        raise at.error("a column AS PROCTIME() is not supported yet: join the table in a materialized view with "
+                       "FOR SYSTEM_TIME AS OF PROCTIME(), or insert the time as an ordinary timestamptz column",
+                       "PROCTIME")
 
 
 def create_mv(at: Statement) -> CreateMaterializedView | None:
@@ -116,13 +131,15 @@ def create_mv(at: Statement) -> CreateMaterializedView | None:
     if not m:
         return None
     options = parse_options(at.text, m.group(5)) if m.group(4) else {}
-    query = parse_sql(at, m.group(6))
+    text, eowc = take_emit(at, m.group(6))
+    query = parse_sql(at, text, planned=True)
     columns = [c.strip().strip('"').lower() for c in m.group(3).split(",")] if m.group(3) is not None else []
     if any(not re.fullmatch(r"[a-z_][a-z0-9_]*", c) for c in columns):
         raise at.error(f"bad column list ({m.group(3)}) of materialized view {m.group(2)}: expected names "
                        "separated by commas", "(")
     return CreateMaterializedView(at.text, at.line, at.col, name=m.group(2).lower(), if_not_exists=bool(m.group(1)),
-                                  options=options, query=m.group(6), columns=tuple(columns), ast=query)
+                                  options=options, query=text, columns=tuple(columns), ast=query,
+                                  emit_on_window_close=eowc)
 
 
 def create_sink(at: Statement) -> CreateSink | None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from sqlglot import exp
 
 from sparkwave.core.errors import SqlError
 from sparkwave.meta.settings import SPECS, rate_limit
+
+if TYPE_CHECKING:
+    from sparkwave.frontend.statements.watermark import WatermarkClause
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class CreateTable(Statement):
     append_only: bool
     on_conflict: str | None  # overwrite | ignore | update_if_not_null (None: not written)
     if_not_exists: bool
+    watermark: WatermarkClause | None = None  # WATERMARK FOR col AS expr (`watermark.py`)
     relation_kind: ClassVar[str] = "table"
     tag = "CREATE_TABLE"
     ddl = True
@@ -175,6 +179,7 @@ class CreateMaterializedView(Statement):
     query: str  # the query's text as written (kept in the catalog)
     columns: tuple[str, ...]  # the column list, if written
     ast: exp.Expr  # the query, parsed and checked
+    emit_on_window_close: bool = False  # EMIT ON WINDOW CLOSE: append-only, each window once when it closes
     tag = "CREATE_MATERIALIZED_VIEW"
     ddl = True
 

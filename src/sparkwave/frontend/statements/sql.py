@@ -49,8 +49,9 @@ def is_identifier(text: str) -> bool:
     return len(tokens) == 1 and tokens[0].token_type == TokenType.VAR
 
 
-def parse_sql(at: Statement, text: str) -> exp.Expr:
-    """The one statement of `text`, checked; errors name `at` (the statement `text` is part of)."""
+def parse_sql(at: Statement, text: str, *, planned: bool = False) -> exp.Expr:
+    """The one statement of `text`, checked; errors name `at` (the statement `text` is part of).
+    `planned`: a materialized view's query, which the planner plans (`check_dropped`)."""
     dialect = sqlglot.Dialect.get_or_raise(DIALECT)
     try:
         tokens = dialect.tokenize(text)
@@ -67,6 +68,6 @@ def parse_sql(at: Statement, text: str) -> exp.Expr:
                        at=(line, max(1, col - len(err.get("highlight") or " ") + 1))) from None
     if len(asts) != 1 or asts[0] is None:
         raise at.error("expected exactly one statement")
-    check_dropped(asts[0], at.error)  # clauses that would be dropped or read otherwise, refused by name
+    check_dropped(asts[0], at.error, planned=planned)  # clauses dropped or read otherwise, refused by name
     check(asts[0], text, at.error)
     return asts[0]

@@ -64,7 +64,8 @@ class Committer:
         offsets = {rel: {s: end for s, (_, end) in splits.items()}
                    for rel, splits in e.plan.get("sources", {}).items() if rel in names}
         latency = (time.time() - t0) * 1000
-        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.bad.rows, e.bad.counts)
+        self.rt.catalog.commit_epoch(e.epoch, logs, offsets, rows_in, latency, e.bad.rows, e.bad.counts,
+                                     e.moved_watermarks, e.late, e.judged)
         committed_at = time.time()
         crash_point("after_catalog_commit")
         self.delta.committed(e.epoch, changed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from sparkwave.core import clock
 from sparkwave.core.epoch import next_epoch
 from sparkwave.core.errors import SparkwaveError
 from sparkwave.meta.barrier.schedule import topo_order
@@ -39,6 +40,9 @@ class Planner:
         """Fill `e.plan` with the source ranges and the staged DML batches the epoch takes; returns
         the batches' ids."""
         e.plan = {"sources": self._source_ranges()}
+        # The epoch's NOW(), the same for every row and recorded with the plan, so a replay after a
+        # crash sees the same time; never behind the previous epoch's, which temporal filters rely on.
+        e.plan["now"] = max(clock.now_micros(), self.rt.catalog.epoch_now(e.prev) or 0)
         # Staged DML in statement order, whole batches up to `dml_rows_per_epoch` rows (at least one):
         # an epoch's input stays bounded, and what is left goes to the next epoch at once.
         budget = Settings(self.rt.catalog).dml_rows_per_epoch
