@@ -18,6 +18,7 @@ import statistics
 
 import sparkwave
 from bench.common import fresh_dir, report, spark
+from sparkwave.cli.nexmark_sql import QUERIES
 from sparkwave.connectors.nexmark import BASE_TIME_S
 from sparkwave.core import clock
 from sparkwave.frontend.relation_sizes import RelationSizes
@@ -31,22 +32,8 @@ EVENTS = BIDS * 50 // 46  # all three kinds' events an epoch
 GAP_NS = EPOCH_EVENT_S * 10**9 // EVENTS
 
 MVS = {
-    "q5": """SELECT AuctionBids.auction, AuctionBids.num
-        FROM (SELECT bid.auction, count(*) AS num, window_start AS starttime
-              FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
-              GROUP BY window_start, bid.auction) AS AuctionBids
-        JOIN (SELECT max(CountBids.num) AS maxn, CountBids.starttime_c
-              FROM (SELECT count(*) AS num, window_start AS starttime_c
-                    FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
-                    GROUP BY bid.auction, window_start) AS CountBids
-              GROUP BY CountBids.starttime_c) AS MaxBids
-        ON AuctionBids.starttime = MaxBids.starttime_c AND AuctionBids.num >= MaxBids.maxn""",
-    "q7": """SELECT B.auction, B.price, B.bidder, B.date_time
-        FROM bid B
-        JOIN (SELECT MAX(price) AS maxprice, window_end AS date_time
-              FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND)
-              GROUP BY window_end) B1 ON B.price = B1.maxprice
-        WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time""",
+    "q5": QUERIES["q5"],
+    "q7": QUERIES["q7"],
     "interval_join": """SELECT b.auction, b.price, a.seller, b.date_time
         FROM bid b JOIN auction a ON b.auction = a.id
         AND b.date_time BETWEEN a.date_time AND a.date_time + INTERVAL '10' SECOND""",
