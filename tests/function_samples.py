@@ -47,4 +47,5 @@ SAMPLES = {
     "nth_value": "nth_value(i, 1) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
     "cast": "CAST(i AS varchar)", "and": "i > 0 AND i < 2", "or": "i > 0 OR i < 2",
     "exists": "EXISTS (SELECT 1)", "raise_error": "raise_error('x')",
+    "array": "ARRAY[i, 2]",
 }

@@ -2,7 +2,8 @@
 `SPARKWAVE_CRASH_AT`. NOW() comes from a test clock that advances ten minutes per batch (set before
 each flush), so every epoch's recorded NOW() differs; one MV is created mid-stream (snapshot
 backfill). The parent restarts the warehouse with a clock a day later: only a replay of the
-recorded NOW() gives the rows the oracle expects.
+recorded NOW() gives the rows the oracle expects. A table's `p TIMESTAMPTZ AS PROCTIME()` column
+(`pt`, read by the MV `ptimes`) takes the NOW() of the epoch that applies each row, replayed alike.
 
 Usage: python -m tests.temporal_crash_child WAREHOUSE PROGRESS_FILE. It appends `i` to
 PROGRESS_FILE once batch i is staged (acknowledged), and flushes after each batch."""
@@ -37,7 +38,9 @@ def batch(i: int) -> list[str]:
     now = T0 + timedelta(microseconds=i * STEP_US)
     rows = [(rnd.randint(0, 30), now + timedelta(minutes=rnd.randint(-40, 20))) for _ in range(rnd.randint(2, 6))]
     return [f"INSERT INTO ev VALUES {values_sql(rows)}", f"DELETE FROM ev WHERE id % 7 = {rnd.randrange(7)}",
-            f"UPDATE ev SET ts = ts + INTERVAL '{rnd.randint(1, 9)}' MINUTE WHERE id % 5 = {rnd.randrange(5)}"]
+            f"UPDATE ev SET ts = ts + INTERVAL '{rnd.randint(1, 9)}' MINUTE WHERE id % 5 = {rnd.randrange(5)}",
+            f"INSERT INTO pt (id, n) VALUES ({i * 10}, {i}), ({i * 10 + 1}, {i})",
+            f"UPDATE pt SET n = n + 1 WHERE id % 3 = {rnd.randrange(3)}"]
 
 
 def main(warehouse: str, progress: str) -> None:
@@ -46,6 +49,8 @@ def main(warehouse: str, progress: str) -> None:
     spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         s.sql("CREATE TABLE ev (id int, ts timestamptz, PRIMARY KEY (id))")
+        s.sql("CREATE TABLE pt (id int PRIMARY KEY, n int, p TIMESTAMPTZ AS PROCTIME())")
+        s.sql("CREATE MATERIALIZED VIEW ptimes AS SELECT id, n, p FROM pt")
         for name, sql in MVS.items():
             s.sql(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
         for i in range(BATCHES):

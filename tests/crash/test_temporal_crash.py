@@ -1,7 +1,8 @@
 """Crash with temporal filters: SIGKILL after an epoch's plan (and its NOW()) is persisted, mid
 execute and before the catalog commit; the restart runs with a clock a day later, and the replayed
 epoch uses the NOW() its plan recorded: every MV at every committed epoch equals its filter over the
-table as of that epoch at that epoch's recorded NOW()."""
+table as of that epoch at that epoch's recorded NOW(); and every row an epoch wrote into a table's
+`AS PROCTIME()` column holds that epoch's recorded NOW() (the replayed one included)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,22 @@ def expected(table: list[tuple], window: tuple[int | None, int | None], now_us: 
 def naive(rows: list[tuple]) -> list[tuple]:
     return [tuple(v.astimezone(UTC).replace(tzinfo=None) if isinstance(v, datetime) and v.tzinfo else v for v in r)
             for r in rows]
+
+
+def check_proctime(s: sparkwave.Session, replayed: int) -> None:
+    """At every committed epoch, `pt`'s rows that the epoch wrote (new or changed since the epoch
+    before) hold its recorded NOW() in `p`, the others keep theirs, and the MV `ptimes` equals `pt`."""
+    before: set[tuple] = set()
+    wrote_replayed = False
+    for epoch in s.catalog.committed_epochs(since=1):
+        now = datetime(1970, 1, 1) + timedelta(microseconds=s.catalog.epoch_now(epoch))
+        rows = set(naive(rows_of(s.table("pt", as_of=epoch))))
+        written = rows - before
+        assert all(p == now for _, _, p in written), f"pt at epoch {epoch}: {written} not all at NOW() {now}"
+        assert multiset(naive(rows_of(s.table("ptimes", as_of=epoch)))) == multiset(rows), f"ptimes at {epoch}"
+        wrote_replayed |= epoch == replayed and bool(written)
+        before = rows
+    assert wrote_replayed, "the replayed epoch wrote no row of pt: the check could not tell the clocks apart"
 
 
 @pytest.mark.parametrize("crash_at", POINTS)
@@ -64,5 +81,6 @@ def test_a_replayed_epoch_uses_the_now_its_plan_recorded(spark, tmp_path, crash_
             assert checked, "no MV was checked"
             replayed = naive(rows_of(s.table("recent", as_of=pending.epoch)))
             assert replayed, "the replayed epoch's recent rows are empty: the check could not tell the clocks apart"
+            check_proctime(s, pending.epoch)
     finally:
         clock.use(None)

@@ -96,7 +96,7 @@ def test_a_create_that_loses_the_race_for_its_name_leaves_the_winners_folder(ses
 
 def test_an_impossible_date_literal_in_a_small_epochs_filter_is_null_as_in_spark(session):
     """Spark (ANSI off) reads CAST('1995-02-30' AS DATE) as NULL; the Arrow evaluator's literal
-    folding (`arrow_eval._cast_text_literal`) must refuse it (or give NULL), not raise ValueError
+    folding (`arrow_casts.cast_text_literal`) must refuse it (or give NULL), not raise ValueError
     out of the MV's step."""
     s = session
     s.sql("CREATE TABLE t (k INT PRIMARY KEY, d DATE)")

@@ -74,6 +74,7 @@ def test_every_documented_function_runs_in_spark(spark):
     table_functions = {"hop", "tumble"}  # FROM items, planned by sparkwave: tests/integration/test_sql.py runs them
     table_functions |= {"grouping"}  # with GROUPING SETS only, planned by sparkwave: test_set_operations.py runs it
     table_functions |= {"proctime"}  # in FOR SYSTEM_TIME AS OF PROCTIME() only: test_temporal_join.py runs it
+    table_functions |= {"generate_series", "unnest"}  # set-returning, planned as a project set: test_project_set.py
     assert DOCUMENTED - table_functions == set(samples)
     columns = [("i", "int"), ("s", "varchar"), ("f", "double"), ("ts", "timestamp")]
     rows = "VALUES (1, 'abc', CAST(2.5 AS double), TIMESTAMP_NTZ '2024-01-02 03:04:05') AS t(i, s, f, ts)"

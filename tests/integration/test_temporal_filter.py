@@ -37,6 +37,8 @@ MVS = [
     ("t_window", "SELECT id, v FROM ev WHERE NOW() - INTERVAL '30 seconds' <= ts AND ts < NOW() + INTERVAL '5' SECOND"),
     ("t_count", "SELECT g, count(*) AS n, sum(v) AS s FROM ap WHERE ts >= NOW() - INTERVAL '15' SECOND GROUP BY g"),
     ("t_join", "SELECT ev.id, ap.v AS av FROM ev JOIN ap ON ev.g = ap.g WHERE ev.ts > NOW() - INTERVAL '25' SECOND"),
+    ("t_between", "SELECT id, g, ts FROM ev WHERE ts BETWEEN NOW() - INTERVAL '1 second' * 15 AND NOW() + "
+                  "2 * INTERVAL '2 seconds' AND v IS NOT NULL"),  # two bounds, folded interval arithmetic
     ("t_late_recent", "SELECT id, g, ts FROM ev WHERE ts > NOW() - INTERVAL '10' SECOND AND g IS NOT NULL"),
     ("t_late_delay", "SELECT g, v FROM ap WHERE ts <= NOW() - INTERVAL '3' SECOND"),
 ]

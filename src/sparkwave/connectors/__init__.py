@@ -1,5 +1,5 @@
 """Connectors: sources that feed tables (datagen, Nexmark, Kafka) and sink targets (PostgreSQL,
-Kafka, Delta Lake)."""
+Kafka, Delta Lake, Iceberg)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ from sparkwave.connectors.delta_source import DeltaSource
 from sparkwave.connectors.files import PosixFs
 from sparkwave.connectors.kafka import Kafka
 from sparkwave.connectors.nexmark import Nexmark
+from sparkwave.connectors.postgres_cdc import PostgresCdc
 from sparkwave.connectors.sink import SinkSpec, SinkTarget
 from sparkwave.connectors.sink_delta import DeltaSink
+from sparkwave.connectors.sink_iceberg import IcebergSink
 from sparkwave.connectors.sink_kafka import KafkaSink
 from sparkwave.connectors.sink_postgres import PostgresSink
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import Schema
 
 CONNECTORS: dict[str, type[Connector]] = {"datagen": Datagen, "nexmark": Nexmark, "kafka": Kafka,
-                                           "deltalake": DeltaSource, "posix_fs": PosixFs}
+                                           "deltalake": DeltaSource, "posix_fs": PosixFs, "postgres-cdc": PostgresCdc}
 SOURCE_CONNECTORS = ("kafka", "deltalake", "posix_fs")  # those whose history can be read again (CREATE SOURCE)
-SINKS: dict[str, type[SinkTarget]] = {"postgres": PostgresSink, "kafka": KafkaSink, "deltalake": DeltaSink}
+SINKS: dict[str, type[SinkTarget]] = {"postgres": PostgresSink, "kafka": KafkaSink, "deltalake": DeltaSink,
+                                      "iceberg": IcebergSink}
 
 
 def connector_class(table: str, options: dict[str, str]) -> type[Connector]:

@@ -18,6 +18,7 @@ ERROR, RAW = "_error", "_raw"  # a bad record's reason and payload, beside its (
 
 class Connector:
     has_bad_records = False  # whether `read` can return rows with `ERROR` set
+    holds_rows = False  # whether `read_arrow` gives the rows its plan already read onto the driver
     status: str | None = None  # why the source is not advancing, if it is not
     OPTIONS = Options("?")  # every option the connector takes, declared once
     rate_option = "rows_per_second"  # a generator's rows per second (a declared option)
@@ -50,6 +51,10 @@ class Connector:
 
     def close(self) -> None:
         """Release what the connector holds (a client of an outside system)."""
+        return None
+
+    def release(self) -> None:
+        """What the relation holds in the outside system, given back at DROP (a replication slot)."""
         return None
 
     def in_background(self) -> Connector:
@@ -130,6 +135,16 @@ class Connector:
         for p in parts[1:]:
             out = out.unionByName(p)
         return out.withColumn("_op", F.lit(4).cast("tinyint"))
+
+    def read_arrow(self, ranges: dict[str, list[int]]) -> pa.RecordBatch | None:
+        """`read`'s intents as the Arrow batch the connector already holds on the driver (None: it holds
+        none, and `read` is used): the table step then takes them without a round trip through Spark."""
+        return None
+
+    def absent_keys(self, ranges: dict[str, list[int]]) -> tuple[int, int] | None:
+        """A range `[lo, hi)` of the table's single integer key of which the table holds no row before
+        the epoch of `ranges` (a CDC backfill's chunk): its intents need no old-row lookup."""
+        return None
 
     def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
         """The split (as a string) and offset of each row `read` returned, from its `_seq`."""

@@ -111,14 +111,14 @@ def _check_tree(obj: Any, surrogates: bool) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
                 if surrogates and not _encodable(k):
-                    raise BadRecord(f"the field named {_show(k)} has a lone surrogate in its name, which UTF-8 "
+                    raise BadRecord(f"the field named {show(k)} has a lone surrogate in its name, which UTF-8 "
                                     "text cannot hold")
                 stack.append((x, depth + 1, f"{path}.{k}" if path else k))
         elif isinstance(v, list):
             stack.extend((x, depth + 1, f"{path}[{i}]") for i, x in enumerate(v))
         elif surrogates and isinstance(v, str) and not _encodable(v):
             where = f"column {path}" if depth == 2 and not path.startswith("[") else f"field {path or '(the value)'}"
-            raise BadRecord(f"{where}: {_show(v)} holds a lone surrogate, which UTF-8 text cannot hold")
+            raise BadRecord(f"{where}: {show(v)} holds a lone surrogate, which UTF-8 text cannot hold")
 
 
 def _encodable(s: str) -> bool:
@@ -140,12 +140,12 @@ def _integer(kind: str) -> Callable[[Any], Any]:
         if type(v) is int and -bound <= v < bound:
             return v
         if not _is_number(v):
-            raise ValueError(f"expected an integer, got {_show(v)}")
+            raise ValueError(f"expected an integer, got {show(v)}")
         if not -bound <= v < bound:  # before int(): 1e999999 must not become a million digits
-            raise ValueError(f"{_show(v)} is out of range for {kind}")
+            raise ValueError(f"{show(v)} is out of range for {kind}")
         if isinstance(v, float | decimal.Decimal):
             if v != int(v):
-                raise ValueError(f"expected an integer, got {_show(v)}")
+                raise ValueError(f"expected an integer, got {show(v)}")
             v = int(v)
         return v
     return conv
@@ -156,11 +156,11 @@ def _floating(kind: str) -> Callable[[Any], Any]:
 
     def conv(v: Any) -> float:
         if not _is_number(v):
-            raise ValueError(f"expected a number, got {_show(v)}")
+            raise ValueError(f"expected a number, got {show(v)}")
         f = float(v)  # a decimal beyond double's range becomes inf or 0.0, as PostgreSQL's strtod would
         if smallest <= abs(f) <= largest or v == 0:
             return f
-        raise ValueError(f"{_show(v)} is out of range for {kind}")
+        raise ValueError(f"{show(v)} is out of range for {kind}")
     return conv
 
 
@@ -170,27 +170,27 @@ def _decimal(precision: int, scale: int) -> Callable[[Any], Any]:
 
     def conv(v: Any) -> decimal.Decimal:
         if not (_is_number(v) or isinstance(v, str)):
-            raise ValueError(f"expected a number, got {_show(v)}")
+            raise ValueError(f"expected a number, got {show(v)}")
         try:
             d = decimal.Decimal(v if isinstance(v, str | decimal.Decimal) else str(v))
             d = d.quantize(quantum, rounding=decimal.ROUND_HALF_UP, context=context)
         except decimal.InvalidOperation:
-            raise ValueError(f"{_show(v)} does not fit decimal({precision},{scale})") from None
+            raise ValueError(f"{show(v)} does not fit decimal({precision},{scale})") from None
         if not d.is_finite() or len(d.as_tuple().digits) > precision:
-            raise ValueError(f"{_show(v)} does not fit decimal({precision},{scale})")
+            raise ValueError(f"{show(v)} does not fit decimal({precision},{scale})")
         return d
     return conv
 
 
 def _boolean(v: Any) -> bool:
     if not isinstance(v, bool):
-        raise ValueError(f"expected true or false, got {_show(v)}")
+        raise ValueError(f"expected true or false, got {show(v)}")
     return v
 
 
 def _string(v: Any) -> str:
     if not isinstance(v, str):
-        raise ValueError(f"expected a string, got {_show(v)}")
+        raise ValueError(f"expected a string, got {show(v)}")
     if len(v) > MAX_VALUE_BYTES // 4 and (size := len(v.encode("utf-8"))) > MAX_VALUE_BYTES:
         raise ValueError(f"a string of {size} bytes is larger than the limit of {MAX_VALUE_BYTES} bytes")
     return v
@@ -198,11 +198,11 @@ def _string(v: Any) -> str:
 
 def _date(v: Any) -> dt.date:
     if not isinstance(v, str):
-        raise ValueError(f"expected a date 'YYYY-MM-DD', got {_show(v)}")
+        raise ValueError(f"expected a date 'YYYY-MM-DD', got {show(v)}")
     try:
         return dt.date.fromisoformat(v)
     except ValueError:
-        raise ValueError(f"expected a date 'YYYY-MM-DD' in years 1-9999, got {_show(v)}") from None
+        raise ValueError(f"expected a date 'YYYY-MM-DD' in years 1-9999, got {show(v)}") from None
 
 
 def _timestamp(with_zone: bool) -> Callable[[Any], Any]:
@@ -216,15 +216,15 @@ def _timestamp(with_zone: bool) -> Callable[[Any], Any]:
             try:
                 t = dt.datetime.fromisoformat(v)
             except ValueError:
-                raise ValueError(f"expected an ISO 8601 timestamp or epoch milliseconds, got {_show(v)}") from None
+                raise ValueError(f"expected an ISO 8601 timestamp or epoch milliseconds, got {show(v)}") from None
         else:
-            raise ValueError(f"expected an ISO 8601 timestamp or epoch milliseconds, got {_show(v)}")
+            raise ValueError(f"expected an ISO 8601 timestamp or epoch milliseconds, got {show(v)}")
         if t.tzinfo is None:
             return t.replace(tzinfo=_UTC) if with_zone else t
         try:
             utc = t.astimezone(_UTC)  # an aware value is stored in UTC, which must be within years 1-9999 too
         except OverflowError:
-            raise ValueError(f"{_show(v)} is outside years 1-9999 in UTC") from None
+            raise ValueError(f"{show(v)} is outside years 1-9999 in UTC") from None
         return utc if with_zone else utc.replace(tzinfo=None)
     return conv
 
@@ -232,14 +232,14 @@ def _timestamp(with_zone: bool) -> Callable[[Any], Any]:
 def _bytea(v: Any) -> bytes:
     """Base64 text, as RisingWave's JSON encoder writes bytea."""
     if not isinstance(v, str):
-        raise ValueError(f"expected base64 text for bytea, got {_show(v)}")
+        raise ValueError(f"expected base64 text for bytea, got {show(v)}")
     if len(v) // 4 * 3 > MAX_VALUE_BYTES + 2:
         raise ValueError(f"a bytea of about {len(v) // 4 * 3} bytes is larger than the limit of "
                          f"{MAX_VALUE_BYTES} bytes")
     try:
         out = base64.b64decode(v, validate=True)
     except binascii.Error:
-        raise ValueError(f"expected base64 text for bytea, got {_show(v)}") from None
+        raise ValueError(f"expected base64 text for bytea, got {show(v)}") from None
     if len(out) > MAX_VALUE_BYTES:
         raise ValueError(f"a bytea of {len(out)} bytes is larger than the limit of {MAX_VALUE_BYTES} bytes")
     return out
@@ -260,7 +260,7 @@ def converter(type_name: str) -> Callable[[Any], Any]:
     return simple[type_name]
 
 
-def _show(v: Any) -> str:
+def show(v: Any) -> str:
     """A value, short and always UTF-8 (a lone surrogate escaped), for a reason."""
     if isinstance(v, str):
         s = ascii(v[:40]) if not _encodable(v[:40]) else repr(v[:40])
@@ -283,7 +283,7 @@ class JsonDecoder:
     def decode(self, payload: bytes | str) -> list[Any]:
         obj = parse(payload)
         if not isinstance(obj, dict):
-            raise BadRecord(f"expected a JSON object, got {_kind(obj)}")
+            raise BadRecord(f"expected a JSON object, got {kind_of(obj)}")
         return self.values(obj)
 
     def values(self, obj: dict[str, Any]) -> list[Any]:
@@ -306,7 +306,8 @@ class JsonDecoder:
         return out
 
 
-def _kind(v: Any) -> str:
+def kind_of(v: Any) -> str:
+    """What a JSON value is, as a reason says it."""
     if v is None:
         return "null"
     if isinstance(v, list):

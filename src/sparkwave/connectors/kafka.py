@@ -4,7 +4,10 @@
       WITH (connector = 'kafka', topic = '...', properties.bootstrap.server = 'host:port',
             scan.startup.mode = 'earliest' | 'latest', scan.startup.timestamp.millis = '...',
             source_rate_limit = n, max.rows.per.epoch = n, properties.<librdkafka option> = '...')
-      FORMAT PLAIN | UPSERT ENCODE JSON
+      FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON [(ignore_key = 'true')]
+
+FORMAT UPSERT and DEBEZIUM (`debezium.py`) need a PRIMARY KEY: their messages upsert and delete
+rows by key. `ignore_key` (DEBEZIUM only, as in RisingWave) never reads the message key.
 
 A split is a partition, an offset is Kafka's. The driver plans each epoch's range per partition
 from the broker's watermarks (bounded, so a backlog is taken over several epochs); the ranges are
@@ -37,7 +40,7 @@ from sparkwave.connectors.kafka_reader import (
     consumer_config,
     read_range,
 )
-from sparkwave.connectors.options import Options, choice, integer, max_rows_per_epoch, rate_limit, text
+from sparkwave.connectors.options import Options, boolean, choice, integer, max_rows_per_epoch, rate_limit, text
 from sparkwave.core import policy
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import local_batches
@@ -58,6 +61,7 @@ OPTIONS = Options(
     max_rows_per_epoch(),
     text("format"),
     text("encode"),
+    boolean("format.ignore_key", default=False),  # FORMAT DEBEZIUM ENCODE JSON (ignore_key = 'true')
     *[text(f"include.{what}") for what in METADATA],
 ) + CONSUMER
 
@@ -109,19 +113,24 @@ class Kafka(Connector):
         fmt, enc = options.get("format", "plain").lower(), options.get("encode", "json").lower()
         if enc != "json":
             raise SqlError(f"{where}: ENCODE {enc.upper()} is not supported; supported: ENCODE JSON")
-        if fmt not in ("plain", "upsert"):
-            raise SqlError(f"{where}: FORMAT {fmt.upper()} is not supported; supported: FORMAT PLAIN, FORMAT UPSERT")
+        if fmt not in ("plain", "upsert", "debezium"):
+            raise SqlError(f"{where}: FORMAT {fmt.upper()} is not supported; supported: FORMAT PLAIN, FORMAT UPSERT, "
+                           "FORMAT DEBEZIUM")
         self.upsert = fmt == "upsert"
-        if self.upsert and schema.append_only:
-            raise SqlError(f"{where}: FORMAT UPSERT needs a PRIMARY KEY (the message key)")
-        if not self.upsert and not schema.append_only:
-            raise SqlError(f"{where}: a table with a PRIMARY KEY reads Kafka with FORMAT UPSERT ENCODE JSON "
-                           "(FORMAT PLAIN is append-only)")
+        if fmt != "plain" and schema.append_only:
+            raise SqlError(f"{where}: FORMAT {fmt.upper()} needs a PRIMARY KEY (the key its messages upsert and "
+                           "delete by)")
+        if fmt == "plain" and not schema.append_only:
+            raise SqlError(f"{where}: a table with a PRIMARY KEY reads Kafka with FORMAT UPSERT or FORMAT DEBEZIUM "
+                           "ENCODE JSON (FORMAT PLAIN is append-only)")
+        if "format.ignore_key" in options and fmt != "debezium":
+            raise SqlError(f"{where}: ignore_key is an option of FORMAT DEBEZIUM")
         roles = {options[f"include.{w}"]: w for w in METADATA if f"include.{w}" in options}
         if schema.append_only:
             roles["_row_id"] = "row_id"
         self.spec = ReadSpec(self.bootstrap, self.topic, self.properties,
-                             [(c.name, c.type.name) for c in schema.columns], roles, list(schema.key), self.upsert)
+                             [(c.name, c.type.name) for c in schema.columns], roles, list(schema.key), self.upsert,
+                             debezium=fmt == "debezium", ignore_key=bool(self.value("format.ignore_key")))
         self._retry_at = 0.0
         self._failures = 0
         self._consumer: Any = None

@@ -4,7 +4,8 @@
 Exactly once comes from the plan, not from Kafka: the driver decides each range and persists it
 with the epoch, a task reads exactly `[start, end)` and nothing else, and no consumer-group offset
 is committed or trusted. Each message becomes a row (decoded from JSON) or a bad record (`_error`
-set, the raw payload kept), so one malformed message never fails the epoch nor is lost.
+set, the raw payload kept), so one malformed message never fails the epoch nor is lost (a
+Debezium tombstone becomes nothing: `debezium.py`).
 
 Rows carry the stored columns of the relation, in order, then `_op`, `_seq`, `_error`, `_raw`."""
 
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkwave.connectors.base import ERROR, RAW
+from sparkwave.connectors.debezium import DebeziumDecoder
 from sparkwave.connectors.json_decode import BadRecord, JsonDecoder, NotJson, parse
 from sparkwave.connectors.kafka_properties import unsafe
 from sparkwave.core.errors import SqlError
@@ -50,6 +52,8 @@ class ReadSpec:
     key: list[str]  # the primary key (upsert format)
     upsert: bool
     background: bool = False  # a creating job's read: its worker yields the CPU to the pipeline's
+    debezium: bool = False  # FORMAT DEBEZIUM: a message is a change event (connectors/debezium.py)
+    ignore_key: bool = False  # ... whose message key is never read
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -177,6 +181,8 @@ class _Batch:
         self.decoder = JsonDecoder([(n, t) for n, t in spec.columns if n not in spec.roles])
         self.key_decoder = JsonDecoder([(n, t) for n, t in spec.columns if n in spec.key])
         self.key_slots = [self.value_names.index(k) for k in spec.key if k in self.value_names]
+        self.debezium = DebeziumDecoder([(n, t) for n, t in spec.columns if n not in spec.roles], spec.key,
+                                        spec.ignore_key) if spec.debezium else None
         self.include_key = "key" in spec.roles.values()
         self.schema = pa.schema([*(pa.field(n, SqlType(t).arrow) for n, t in spec.columns),
                                  pa.field("_op", pa.int8()), pa.field("_seq", pa.int64()),
@@ -205,7 +211,12 @@ class _Batch:
         try:
             if self.include_key and key is not None:
                 key_text = _key_text(key)
-            if value is None:
+            if self.debezium is not None:
+                decoded = self.debezium.decode(value, key)
+                if decoded is None:
+                    return  # a tombstone: the delete event just before it did the delete
+                op, row = decoded
+            elif value is None:
                 if not self.spec.upsert:
                     raise BadRecord("message has no value (a tombstone) but the format is PLAIN")
                 op, row = KEY_DELETE, self._key_row(key)

@@ -92,14 +92,22 @@ class SinkTarget:
         return None
 
 
-def deletes_and_upserts(change: pa.Table, mode: str) -> tuple[pa.Table, pa.Table]:
+def deletes_and_upserts(change: pa.Table, mode: str, key: tuple[str, ...] = ()) -> tuple[pa.Table, pa.Table]:
     """The rows whose key goes (-D, -U) and the rows to write (+I, +U). An append-only sink writes
-    inserts only (forced append-only: +U too, and no deletes)."""
+    inserts only (forced append-only: +U too, and no deletes). Given the sink's `key`, the rows to
+    write hold one row per key, the last: a user's `primary_key` that is not unique in the MV makes
+    the target keep one row per key (RisingWave's rule) instead of duplicates or a MERGE that fails."""
     op = change["_op"]
     is_new = pc.is_in(op, pa.array([int(Op.INSERT), int(Op.UPDATE_INSERT)], op.type))
     if mode == APPEND_ONLY:
         return change.slice(0, 0), change.filter(is_new)
-    return change.filter(pc.invert(is_new)), change.filter(is_new)
+    new = change.filter(is_new)
+    if key and new.num_rows > 1:
+        last = (new.select(list(key)).append_column("_at", pa.array(range(new.num_rows), pa.int64()))
+                .group_by(list(key), use_threads=False).aggregate([("_at", "max")])["_at_max"])
+        if len(last) < new.num_rows:
+            new = new.take(pc.take(last, pc.sort_indices(last)))  # in delivery order
+    return change.filter(pc.invert(is_new)), new
 
 
 def json_value(v: Any) -> Any:

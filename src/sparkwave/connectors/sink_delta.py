@@ -111,7 +111,7 @@ class DeltaSink(SinkTarget):
         app_epoch, app_vnode = self._apps()
         commit = CommitProperties(app_transactions=[Transaction(app_epoch, to.epoch), Transaction(app_vnode, to.vnode)])
         names = [c.name for c in self.spec.columns]
-        gone, new = deletes_and_upserts(change, self.spec.mode)
+        gone, new = deletes_and_upserts(change, self.spec.mode, self.spec.key)
         dt = self._table()
         if self.spec.mode == APPEND_ONLY or not self.spec.key:
             write_deltalake(dt, new.select(names).cast(self.arrow), mode="append", commit_properties=commit)

@@ -219,7 +219,7 @@ class PostgresSink(SinkTarget):
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
         change, note = without_nul(change, self.spec.key)
         self.note = self.note or note
-        gone, new = deletes_and_upserts(change, self.spec.mode)
+        gone, new = deletes_and_upserts(change, self.spec.mode, self.spec.key)
         with conn.transaction():
             if self.spec.mode == APPEND_ONLY or not self.spec.key:
                 self._copy(conn, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(self._ident(), cols),

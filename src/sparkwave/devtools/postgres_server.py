@@ -49,6 +49,7 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     "max_connections": "50",
     "fsync": "off",
     "full_page_writes": "off",
+    "wal_level": "logical",  # the postgres-cdc connector's replication slots (logical decoding)
 }
 
 # sun_path holds 108 bytes on Linux (104 on macOS), the trailing NUL included.

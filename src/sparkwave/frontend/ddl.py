@@ -17,6 +17,8 @@ from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.names import relation_name
 from sparkwave.core.schema import Column, Schema, column_name_problem, parse_type
+from sparkwave.frontend.plan.generated import compiled
+from sparkwave.frontend.plan.proctime import check_key
 from sparkwave.frontend.planner import Planner
 from sparkwave.frontend.progress_bars import JobBars
 from sparkwave.frontend.statements import CreateMaterializedView, CreateSink, CreateTable, Drop, Statement
@@ -124,6 +126,14 @@ class Ddl:
             key = ["_row_id"]
         schema = Schema(tuple(columns), tuple(key), append_only)
         definition: dict[str, Any] = {"sql": stmt.text, "upstreams": []}
+        if stmt.proctime:  # `col TIMESTAMPTZ AS PROCTIME()`: filled in by the table's step (`plan/proctime.py`)
+            check_key(stmt, stmt.proctime, key)
+            definition["proctime"] = list(stmt.proctime)
+        if stmt.generated:  # `col type AS expr`: computed by the table's step (`plan/generated.py`)
+            if kind == "source":
+                raise stmt.error("a source has no generated column: its rows are not stored; create a TABLE with "
+                                 "the column instead, or compute it in a materialized view", stmt.generated[0][0])
+            definition["generated"] = compiled(stmt, columns, stmt.generated, stmt.proctime, self.spark)
         if (watermark := declared(stmt, schema)) is not None:
             definition["watermark"] = watermark.to_json()
         if (on_conflict := stmt.on_conflict) is not None:
@@ -137,8 +147,8 @@ class Ddl:
                 raise stmt.error(f"CREATE SOURCE needs WITH (connector = {' | '.join(map(repr, SOURCE_CONNECTORS))}, "
                                  "...)", "SOURCE")
             if not schema.append_only or options.get("format", "plain") != "plain":
-                raise stmt.error("a source is append-only: FORMAT PLAIN and no PRIMARY KEY (FORMAT UPSERT needs a "
-                                 "TABLE, which stores the rows by key)", "SOURCE")
+                raise stmt.error("a source is append-only: FORMAT PLAIN and no PRIMARY KEY (FORMAT UPSERT and "
+                                 "DEBEZIUM need a TABLE, which stores the rows by key)", "SOURCE")
         offsets: dict[str, int] = {}
         if options:
             conn = make_connector(name, schema, options)  # validates the options
@@ -382,7 +392,22 @@ class Ddl:
                 sinks = [s.name for s in self.catalog.sinks() if s.mv == name]
                 if sinks:
                     raise CatalogError(f"cannot drop {name!r}: sink(s) {', '.join(sinks)} deliver it; DROP SINK first")
+                rel = self.catalog.relation(name)
                 self.catalog.remove_relation(db, name)
             self.rt.forget(name)
             self.warehouse.remove_tree(self.warehouse.relation_dir(name))
             self.catalog.folder_removed(name)
+        if rel is not None and rel.spec.connector:
+            self._release(rel)
+
+    def _release(self, rel: Relation) -> None:
+        """What a dropped table's connector holds outside (a replication slot) is given back; an
+        outside system that cannot be reached does not fail the DROP, which says so in the log."""
+        try:
+            conn = make_connector(rel.name, rel.schema, rel.spec.connector or {})
+            try:
+                conn.release()
+            finally:
+                conn.close()
+        except Exception as e:
+            log.warning("DROP %s: could not release what its connector holds outside: %s", rel.name, e)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,6 +34,8 @@ from sparkwave.core.limits import MAX_VALUE_BYTES
 from sparkwave.core.local_frames import local_frame, local_rows, to_arrow
 from sparkwave.core.schema import Column
 from sparkwave.frontend import returning, value_size
+from sparkwave.frontend.plan import generated as generated_columns
+from sparkwave.frontend.plan import proctime
 from sparkwave.frontend.postgres import GROWING, bytea_from_text, bytea_from_text_sql, to_spark
 from sparkwave.frontend.statements import Delete, Insert, Statement, Update
 from sparkwave.meta.runtime import Runtime
@@ -87,7 +89,8 @@ def checked_cast(rt: Runtime, rel: Relation, df: DataFrame, what: str) -> DataFr
     column costs several Py4J calls each, many seconds for a table of 1,000 columns."""
     cols = [c for c in rel.schema.columns if c.name in df.columns]
     types = dict(df.dtypes)
-    keys = [k for k in rel.schema.key if (kc := rel.schema.column(k)) and not kc.hidden]
+    keys = [k for k in rel.schema.key if (kc := rel.schema.column(k)) and not kc.hidden
+            and k not in proctime.generated(rel.definition)]  # a generated key is computed by the table's step
     if absent := [k for k in keys if k not in types]:
         raise DataError(f"{what}: primary key column {absent[0]!r} of table {rel.name!r} cannot be NULL")
     cast = df.selectExpr(*[f"`{c.name}` AS raw_{i}" for i, c in enumerate(cols)],
@@ -217,7 +220,9 @@ def insert_values(rt: Runtime, stmt: Insert) -> Written:
     if ast.args.get("returning") is not None:
         returning.check_insert(stmt, rel)
     visible = [c.name for c in rel.schema.visible]
-    columns = columns_given or visible
+    generated = proctime.generated(rel.definition)
+    proctime.refuse_written(stmt, "INSERT into", columns_given or [], generated, rel.definition)
+    columns = columns_given or [c for c in visible if c not in generated]
     for c in columns:
         if c not in visible:
             raise CatalogError(f"unknown column {c!r} in INSERT INTO {rel.name} (columns: {', '.join(visible)}) "
@@ -245,7 +250,9 @@ def insert_values(rt: Runtime, stmt: Insert) -> Written:
         staged = _stage_arrow_rows(rt, rel, literal, Op.INSERT)
         return Written(staged.num_rows, returning.returned(rt, stmt, rel, staged)
                        if returning.returning_list(stmt) is not None else None)
-    rows = [[to_spark(i, [], rt.spark) for i in items] for items in tuples]
+    arrow_types = [c.type.arrow if (c := rel.schema.column(name)) is not None else pa.null() for name in columns]
+    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) for t in arrow_types]
+    rows = [[to_spark(i, [], rt.spark) for i in items] for items in _unknown_columns_as_text(tuples, numeric)]
     names = ", ".join(f"`{c}`" for c in columns)
     # Spark evaluates an inline table (VALUES) as it analyses it, and refuses one whose values may
     # fail: rows with a call whose size is guarded (`postgres.size_guarded`) are selected instead
@@ -295,6 +302,23 @@ def _unknown_as_text(values: list[object]) -> list[object]:
     return values
 
 
+def _unknown_columns_as_text(tuples: list[list[exp.Expr]], numeric: list[bool]) -> list[list[exp.Expr]]:
+    """`_unknown_as_text` for VALUES that Spark evaluates (`VALUES (1.005 + 0), ('7.125')`): in a
+    column of a numeric type (`numeric`, per column) that mixes quoted literals with other values,
+    the others are cast to text, so that the cast to the column's type (`checked_cast`) reads every
+    value, as PostgreSQL does (Spark refuses an inline table whose column mixes text and numbers).
+    Numbers only: a number's text reads back as the same number, which is not so for every type."""
+    def quoted(e: exp.Expr) -> bool:
+        return isinstance(e, exp.Literal) and e.is_string
+
+    def other(e: exp.Expr) -> bool:
+        return not quoted(e) and not isinstance(e, exp.Null)
+
+    mixed = {i for i in range(len(tuples[0]) if tuples else 0)
+             if numeric[i] and any(quoted(t[i]) for t in tuples) and any(other(t[i]) for t in tuples)}
+    return [[exp.cast(e.copy(), "text") if i in mixed and other(e) else e for i, e in enumerate(t)] for t in tuples]
+
+
 def _literal_table(columns: list[str], tuples: list[list[exp.Expr]]) -> pa.Table | None:
     """VALUES made only of literals, as an Arrow table (None: let Spark evaluate them)."""
     try:
@@ -312,6 +336,9 @@ def _check_insert_columns(rel: Relation, columns: list[str]) -> None:
     if unknown:
         raise CatalogError(f"insert into {rel.name!r}: unknown column(s) {', '.join(unknown)} "
                            f"(columns: {', '.join(visible)})", sqlstate="42703")
+    if given := [c for c in columns if c in proctime.generated(rel.definition)]:
+        raise CatalogError(f"insert into {rel.name!r}: column {given[0]!r} is "
+                           f"{proctime.generated_as(rel.definition, given[0])}; leave it out")
 
 
 def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
@@ -336,7 +363,34 @@ def _cast(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     except pa.ArrowInvalid:
         if pa.types.is_timestamp(target) and target.tz and pa.types.is_string(values.type):
             return pc.assume_timezone(values.cast(pa.timestamp(target.unit)), target.tz)
+        if pa.types.is_decimal(target) and (pa.types.is_decimal(values.type) or _is_text(values.type)):
+            return _rounded(values, target)
+        if _is_text(values.type):  # PostgreSQL's input functions skip surrounding spaces: ' 5' into an integer
+            return pc.utf8_trim_whitespace(values).cast(target, safe=True)
         raise
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _rounded(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Numbers into numeric(p, s) as PostgreSQL's numeric input takes them: rounded to `s` digits,
+    half away from zero (1.235 -> 1.24); a value with too many digits before the point is still an
+    error."""
+    if pa.types.is_decimal(values.type):  # one more digit first: 99.9995 rounds to 100.00, wider than 99.9995
+        t = values.type
+        wider = pa.decimal128(t.precision + 1, t.scale) if t.precision < 38 else pa.decimal256(
+            min(t.precision + 1, 76), t.scale)
+        return pc.round(values.cast(wider), ndigits=target.scale, round_mode="half_towards_infinity").cast(
+            target, safe=True)
+    step, wide = Decimal(1).scaleb(-target.scale), Context(prec=80)
+    try:
+        out = [None if v is None else Decimal(v.strip()).quantize(step, ROUND_HALF_UP, wide)
+               for v in values.to_pylist()]
+    except (InvalidOperation, ValueError):
+        raise pa.ArrowInvalid(f"invalid input syntax for type numeric({target.precision}, {target.scale})") from None
+    return pa.chunked_array([pa.array(out, target)])
 
 
 def insert_arrow(rt: Runtime, rel: Relation, data: pa.Table) -> int:
@@ -370,7 +424,7 @@ def _stage_arrow_rows(rt: Runtime, rel: Relation, data: pa.Table, op: Op) -> pa.
                                 f"{str(e).splitlines()[0][:200]}") from None
         else:
             cols[c.name] = pa.nulls(n, c.type.arrow)
-        if c.name in rel.schema.key and cols[c.name].null_count:
+        if c.name in rel.schema.key and cols[c.name].null_count and c.name not in proctime.generated(rel.definition):
             raise DataError(f"insert into {rel.name}: primary key column {c.name!r} cannot be NULL")
     limit = Settings(rt.catalog).dml_rows_per_epoch
     table = pa.table(cols)
@@ -397,6 +451,8 @@ def update(rt: Runtime, stmt: Update, epoch: int) -> Written:
                                sqlstate="42703", at=stmt.at(col))
         if col in rel.schema.key:
             raise stmt.error(f"cannot UPDATE primary key column {col!r}; DELETE and INSERT instead", col)
+        proctime.refuse_written(stmt, "UPDATE", [col], proctime.generated(rel.definition), rel.definition)
+        generated_columns.refuse_key_update(stmt, rel.definition, rel.schema.key, col)
         value = eq.expression
         value_size.check_literals(value, target, rel.name, f"UPDATE {rel.name}")
         if target.type.name == "bytea" and isinstance(value, exp.Literal) and value.is_string:

@@ -147,6 +147,10 @@ FUNCTIONS: dict[type[exp.Expr] | str, Function] = {
     # table functions (a FROM item)
     "hop": Function(("hop",), "table", "planned as a windowed scan (frontend/planner.py)"),
     "tumble": Function(("tumble",), "table", "planned as a windowed scan (frontend/planner.py)"),
+    # set-returning: a FROM item, or in a SELECT list (`_SETS`); a project set (frontend/plan/project_set.py)
+    exp.ExplodingGenerateSeries: Function(("generate_series",), "table", "sequence, in a project set"),
+    exp.Explode: Function(("unnest",), "table", "a project set (in a SELECT list)"),
+    exp.Unnest: Function(("unnest",), "table", "a project set (in FROM)"),
     # operators that sqlglot parses as functions (the others are not `exp.Func`: never refused)
     exp.And: Function(("and",), "operator", "AND"),
     exp.Or: Function(("or",), "operator", "OR"),
@@ -155,6 +159,7 @@ FUNCTIONS: dict[type[exp.Expr] | str, Function] = {
     exp.Cast: Function(("cast",), "other", f"CAST (also x::type and type 'text'), {_PG}, {_POSTGRES}"),
     exp.Exists: Function(("exists",), "other", "EXISTS (subquery), planned as a semi join"),
     "raise_error": Function(("raise_error",), "other", "raise_error"),
+    exp.Array: Function(("array",), "other", "array (ARRAY[a, b]: for unnest; arrays are not a column type)"),
     exp.Uuid: Function(("gen_random_uuid",), "other", "uuid", deterministic=False),
 }
 
@@ -162,6 +167,7 @@ FUNCTIONS: dict[type[exp.Expr] | str, Function] = {
 _HINTS = {"array_agg": "arrays are not a column type in sparkwave (left out on purpose); "
                        "string_agg(x::varchar, ',' ORDER BY ...) keeps the values as text"}
 _FROM_ITEM = (exp.Table, exp.Lateral, exp.From, exp.Join)
+_SETS = (exp.ExplodingGenerateSeries, exp.Explode)  # table functions that a SELECT list may call too
 # Names Spark's analyzer reads, when no column has them, as a value of the session or the host
 # (its LiteralFunctionResolution, and the grouping id): a bare column of that name is refused, so
 # no statement reaches them by naming a column that is not there.
@@ -212,12 +218,15 @@ def _check_call(node: exp.Func, text: str, error: Callable[[str, str | None], Sq
                                                             "Functions section for those that are"), shown)
     if fn.names == ("proctime",) and not isinstance(node.parent, exp.Version):
         raise error("PROCTIME() is supported only in a temporal join of a materialized view: "
-                    "[LEFT] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() ON s.k = t.k", shown)
+                    "[LEFT] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() ON s.k = t.k; or as a table's column, "
+                    "CREATE TABLE t (..., p TIMESTAMPTZ AS PROCTIME()), set to the time of the epoch that applies "
+                    "each row", shown)
     in_from = isinstance(node.parent, _FROM_ITEM) and node.arg_key == "this"  # not a JOIN's ON
-    if fn.group == "table" and not in_from:
+    if fn.group == "table" and not in_from and not isinstance(node, _SETS):
         raise error(f"{shown} is a table function: it may only be a FROM item", shown)
     if in_from and fn.group != "table":
-        raise error(f"function {shown} is not a table function (supported in FROM: HOP, TUMBLE)", shown)
+        raise error(f"function {shown} is not a table function (supported in FROM: HOP, TUMBLE, generate_series, "
+                    "unnest)", shown)
 
 
 def called_name(node: exp.Func, text: str) -> str | None:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from sparkwave.frontend import constants
+
 Aggregate = Callable[[exp.Func], exp.Expr]  # an aggregate call over the group's rows (a window, or itself)
 
 
@@ -39,6 +41,9 @@ def ordered_set_value(fn: exp.Expr, x: exp.Expr, desc: bool, over: Aggregate) ->
         over(exp.Anonymous(this="collect_list", expressions=[exp.cast(x.copy(), "double") if cont else x.copy()])),
         *([exp.false()] if desc else [])])  # ascending unwritten: a stored plan reads back the same
     n = exp.Anonymous(this="size", expressions=[values])
+    if f is None:  # a NULL fraction: NULL, typed as a value would be (a CASE whose one branch never holds)
+        first = exp.Anonymous(this="element_at", expressions=[values.copy(), exp.Literal.number(1)])
+        return exp.Case(ifs=[exp.If(this=exp.LT(this=n.copy(), expression=exp.Literal.number(0)), true=first)])
     value = _cont(values, n, f) if cont else _disc(values, n, f)
     return exp.Case(ifs=[exp.If(this=exp.EQ(this=n.copy(), expression=exp.Literal.number(0)), true=exp.Null())],
                     default=value)
@@ -68,15 +73,16 @@ def _cont(values: exp.Expr, n: exp.Expr, f: exp.Expr) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=exp.EQ(this=below, expression=above), true=lo)], default=lerp)
 
 
-def fraction(f: exp.Expr | None, name: str) -> exp.Expr:
-    """A percentile's fraction: a constant between 0 and 1, as a double."""
-    value = f.this if isinstance(f, exp.Paren) else f
-    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
-        raise ValueError(f"percentile value -{value.this.this} is not between 0 and 1 in {name}")
-    if not isinstance(value, exp.Literal) or value.is_string:
+def fraction(f: exp.Expr | None, name: str) -> exp.Expr | None:
+    """A percentile's fraction: a constant expression (folded: `0.2 + 0.3`) between 0 and 1, as a
+    double; None for NULL (PostgreSQL's percentile of a NULL fraction is NULL)."""
+    try:
+        value = constants.number(f)
+    except constants.NotConstant:
         raise ValueError(f"{name}'s fraction must be a numeric constant between 0 and 1 (one fraction, not an array), "
-                         f"got {f.sql(dialect='postgres') if f is not None else 'none'}")
-    number = float(value.this)
-    if not 0 <= number <= 1:
-        raise ValueError(f"percentile value {value.this} is not between 0 and 1 in {name}")
-    return exp.cast(exp.Literal.string(repr(number)), "double")
+                         f"got {f.sql(dialect='postgres') if f is not None else 'none'}") from None
+    if value is None:
+        return None
+    if not 0 <= value <= 1:
+        raise ValueError(f"percentile value {value} is not between 0 and 1 in {name}")
+    return exp.cast(exp.Literal.string(repr(float(value))), "double")

@@ -91,6 +91,9 @@ def translated(e: exp.Expr, types: TypesOf) -> str:
 def translated_tree(e: exp.Expr, types: TypesOf) -> exp.Expr:
     """`translated`'s tree (Spark's functions with PostgreSQL's meaning). Innermost first: an outer
     node sees its operands' translated types."""
+    if (srf := e.find(exp.Explode, exp.GenerateSeries, exp.Unnest)) is not None:  # Spark's explode is not PostgreSQL's
+        raise SqlError(f"{srf.sql(dialect='postgres')}: set-returning functions (generate_series, unnest) are "
+                       "supported in a materialized view's SELECT list and FROM only, not in queries or DML")
     for node in reversed(list(e.find_all(exp.Div, exp.Cast, exp.Anonymous, exp.Encode, exp.Decode, *_COMPARISONS,
                                          exp.In, exp.Coalesce, exp.Sum, exp.Avg, exp.Filter, *NODES, bfs=False))):
         new = _translate(node, types)

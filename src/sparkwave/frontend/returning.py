@@ -9,8 +9,8 @@ each returned row is the statement's write of its key. Another statement's chang
 it and not yet applied is not seen (the statement reads the last committed epoch, as every
 UPDATE and DELETE does); an UPDATE's row then overwrites that change's row of the key, and a
 DELETE deletes the key whatever that change wrote. An INSERT into a table whose `ON CONFLICT` rule
-is not `OVERWRITE` is refused with RETURNING: whether its row is kept is decided only when the
-epoch applies it."""
+is not `OVERWRITE`, or that has a WATERMARK, is refused with RETURNING: whether its row is kept
+is decided only when the epoch applies it (`check_insert`)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import local_frame, to_arrow
+from sparkwave.frontend.plan import proctime
 from sparkwave.frontend.postgres import to_spark
 from sparkwave.frontend.statements import Delete, Insert, Statement, Update
 from sparkwave.meta.runtime import Runtime
+from sparkwave.stream.watermark import Declared
 
 
 def returning_list(stmt: Statement) -> list[exp.Expr] | None:
@@ -35,10 +37,18 @@ def returning_list(stmt: Statement) -> list[exp.Expr] | None:
 
 
 def check_insert(stmt: Statement, rel: Relation) -> None:
+    """Refuse RETURNING where the rows returned could differ from the rows kept: whether a row is
+    kept is decided only when the next epoch applies it, by the table's ON CONFLICT rule or by its
+    watermark (a row below the watermark of the epoch before is dropped as late; that watermark may
+    still rise before the epoch that applies the row, so no row can be promised at INSERT time)."""
     if rel.spec.on_conflict != "overwrite":
         raise stmt.error(f"INSERT ... RETURNING into {rel.name!r} is not supported: its ON CONFLICT "
                          f"{rel.spec.on_conflict.upper().replace('_', ' ')} rule decides only when the next epoch "
                          "applies the row whether it is kept; INSERT, FLUSH, then SELECT the rows", "RETURNING")
+    if (decl := Declared.of(rel.definition)) is not None:
+        raise stmt.error(f"INSERT ... RETURNING into {rel.name!r} is not supported: its WATERMARK FOR {decl.column} "
+                         "decides only when the next epoch applies a row whether it is late (dropped and counted); "
+                         "INSERT, FLUSH, then SELECT the rows", "RETURNING")
 
 
 def staged_rows(df: DataFrame, rel: Relation) -> pa.Table:
@@ -59,6 +69,7 @@ def returned(rt: Runtime, stmt: Statement, rel: Relation, rows: pa.Table) -> Dat
     exprs: list[str] = []
     for item in items:
         inner = item.unalias() if isinstance(item, exp.Alias) else item
+        _no_proctime(stmt, rel, inner)
         if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)):
             exprs += [f"`{c.name}`" for c in visible]
             continue
@@ -74,6 +85,22 @@ def returned(rt: Runtime, stmt: Statement, rel: Relation, rows: pa.Table) -> Dat
     except Exception as e:
         raise SqlError(f"RETURNING of {stmt.tag} {rel.name}: {str(e).splitlines()[0][:300]} "
                        f"(at {stmt.where('RETURNING')})") from None
+
+
+def _no_proctime(stmt: Statement, rel: Relation, item: exp.Expr) -> None:
+    """An INSERT's or UPDATE's RETURNING of a `col AS PROCTIME()` column (also by `*`) is refused:
+    the value is the time of the epoch that applies the row, which has not run yet."""
+    generated = proctime.generated(rel.definition)
+    if not generated or isinstance(stmt, Delete):
+        return
+    star = isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star))
+    named = [c.name.lower() for c in item.find_all(exp.Column) if c.name.lower() in generated]
+    if star or named:
+        name = named[0] if named else generated[0]
+        raise stmt.error(f"{stmt.tag} ... RETURNING cannot return column {name!r} of {rel.name!r}: it is "
+                         f"{proctime.generated_as(rel.definition, name)}, by the epoch that applies the row, which "
+                         "has not run yet; return the "
+                         "other columns by name, or SELECT the rows after FLUSH", "RETURNING")
 
 
 def described(rt: Runtime, stmt: Insert | Update | Delete) -> DataFrame:

@@ -19,7 +19,7 @@ from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.core.errors import CatalogError, SparkwaveError, SqlError
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import acquire_spark, configure, release_spark
-from sparkwave.frontend import dml, show
+from sparkwave.frontend import dml, query_sets, show
 from sparkwave.frontend.control import creating_job_of
 from sparkwave.frontend.ddl import Ddl
 from sparkwave.frontend.explain_estimate import BackfillSettings, estimate
@@ -27,6 +27,7 @@ from sparkwave.frontend.plan.explain import stored_plan
 from sparkwave.frontend.plan.query_types import QueryTypes
 from sparkwave.frontend.planner import Planner, explain
 from sparkwave.frontend.postgres import translated
+from sparkwave.frontend.query_sets import SetViews
 from sparkwave.frontend.sink_ddl import SinkDdl
 from sparkwave.frontend.statements import (
     AlterBackfillRate,
@@ -385,7 +386,10 @@ class Session:
         ctes = {c.alias_or_name.lower() for c in ast.find_all(exp.CTE)}
         views: list[str] = []
         schemas: dict[str, Schema] = {}  # each view's relation: the translation types the query's operands
+        sets = SetViews(self.spark, lambda e: translated(e, QueryTypes(self.spark, {})), [])
         try:
+            query_sets.rewrite(ast, sets, stmt.error)  # generate_series/unnest of constants: views of their rows
+            ctes |= set(sets.names)
             for t in list(ast.find_all(exp.Table)):
                 if not isinstance(t.this, exp.Identifier):
                     raise stmt.error(f"table functions are not supported in queries: {t.sql(dialect='postgres')}")
@@ -414,6 +418,7 @@ class Session:
         finally:
             for view in views:
                 self.spark.catalog.dropTempView(view)
+            sets.drop()
 
     def _do_explain(self, stmt: Explain) -> DataFrame:
         """EXPLAIN: the operator tree of an existing MV (as stored) or of the MV (or query, planned as

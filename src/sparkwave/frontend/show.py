@@ -6,8 +6,10 @@ import json
 
 from pyspark.sql import DataFrame
 
+from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.limits import MAX_SHOW_ROWS
+from sparkwave.frontend.plan import proctime
 from sparkwave.frontend.plan.explain import state_tables, stored_plan
 from sparkwave.frontend.sink_ddl import SECRET
 from sparkwave.frontend.statements import Describe, Show
@@ -26,8 +28,11 @@ def show(rt: Runtime, stmt: Show) -> DataFrame:
     if what == "MATERIALIZED VIEWS":
         sinks = {s.name for s in rt.catalog.sinks()}  # an MV holding a sink's query is shown while the sink is
         mvs = [r for r in rt.catalog.relations(creating=True) if r.kind == "mv" and r.state != "creating"]
-        return rt.spark.createDataFrame([(r.name, r.spec.sql) for r in mvs if r.spec.sink not in sinks],
-                                        "name string, definition string")
+        # append_only as RisingWave's rw_materialized_views: the MV only ever inserts rows (EMIT ON WINDOW CLOSE,
+        # or stateless over append-only inputs), so an append-only sink takes it
+        return rt.spark.createDataFrame([(r.name, r.spec.sql, r.schema.append_only) for r in mvs
+                                         if r.spec.sink not in sinks],
+                                        "name string, definition string, append_only boolean")
     if what == "SOURCES":
         return _sources(rt)
     if what == "SINKS":
@@ -55,13 +60,24 @@ def show(rt: Runtime, stmt: Show) -> DataFrame:
         "held_back int, error string, upstreams string, chunks_reread int")
 
 
+def _generated(rel: Relation, name: str) -> str:
+    """DESCRIBE's words for a generated column."""
+    exprs = rel.definition.get("generated")
+    if isinstance(exprs, dict) and isinstance(g := exprs.get(name), dict):
+        return f"generated: AS {g.get('sql')}"
+    return proctime.DESCRIBED
+
+
 def describe(rt: Runtime, stmt: Describe) -> DataFrame:
     """Columns, then the internal state tables the MV's job keeps (as RisingWave lists them)."""
     if stmt.sink or (rt.catalog.relation(stmt.name) is None and rt.catalog.sink(stmt.name)):
         return _describe_sink(rt, stmt)
     rel = rt.relation(stmt.name)
+    generated = proctime.generated(rel.definition)
     rows: list[tuple[str, str, bool | None, bool | None, str | None]] = [
-        (c.name, c.type.name, c.name in rel.schema.key, c.hidden, None) for c in rel.schema.columns]
+        (c.name, c.type.name, c.name in rel.schema.key, c.hidden,
+         _generated(rel, c.name) if c.name in generated else None)
+        for c in rel.schema.columns]
     words = dict(state_tables(rel.name, stored_plan(rel))) if rel.kind == "mv" else {}  # EXPLAIN's words
     rows += describe_rows(rt.catalog, rel)  # its watermark, or that EMIT ON WINDOW CLOSE makes it append-only
     for state in state_relations(rt, rel):
@@ -99,7 +115,8 @@ def _sources(rt: Runtime) -> DataFrame:
         if not options:
             continue
         offsets = rt.catalog.source_offsets(rel.name)
-        where = options.get("topic") or options.get("location") or options.get("posix_fs.root")  # what it reads
+        where = options.get("topic") or options.get("location") or options.get("posix_fs.root") \
+            or options.get("table.name")  # what it reads (postgres-cdc: the upstream table)
         rows.append((rel.name, rel.kind, options.get("connector"), where, len(offsets),
                      json.dumps(dict(sorted(offsets.items(), key=lambda o: int(o[0]) if o[0].isdigit() else 0))),
                      errors.get(rel.name, 0), rt.source_status(rel.name)))

@@ -1,7 +1,7 @@
 """CREATE SINK and DROP SINK, in RisingWave's syntax:
 
     CREATE SINK [IF NOT EXISTS] s FROM mv | AS SELECT ...
-      WITH (connector = 'postgres' | 'kafka' | 'deltalake', ..., type = 'upsert' | 'append-only',
+      WITH (connector = 'postgres' | 'kafka' | 'deltalake' | 'iceberg', ..., type = 'upsert' | 'append-only',
             primary_key = 'a, b', force_append_only = 'true', snapshot = 'false', sink_decouple = 'false',
             sink_rate_limit = n)
       [FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON]
@@ -20,6 +20,7 @@ import uuid
 from sparkwave.connectors import make_sink
 from sparkwave.connectors.sink import APPEND_ONLY, DEBEZIUM, UPSERT, SinkSpec
 from sparkwave.connectors.sink_delta import local_path
+from sparkwave.connectors.sink_iceberg import normalised as iceberg_options
 from sparkwave.core.catalog import Phase, SinkRow
 from sparkwave.core.errors import CatalogError, PipelineError, SqlError
 from sparkwave.core.names import MAX_LENGTH, relation_name
@@ -71,7 +72,8 @@ class SinkDdl:
             raise CatalogError(f"{name!r} already exists: it is a {what} (at {stmt.where(name)})", sqlstate="42P07")
         options = dict(stmt.options)
         if not options.get("connector"):
-            raise stmt.error("CREATE SINK needs WITH (connector = 'postgres' | 'kafka' | 'deltalake', ...)", "WITH")
+            raise stmt.error("CREATE SINK needs WITH (connector = 'postgres' | 'kafka' | 'deltalake' | 'iceberg', ...)",
+                             "WITH")
         upstream = stmt.upstream
         if upstream is not None:
             self._check_upstream(stmt, name, upstream)
@@ -164,6 +166,11 @@ class SinkDdl:
                                  "WITH")
         if options["connector"] == "deltalake":
             options["location"] = self._location(stmt, options.get("location", ""))
+        if options["connector"] == "iceberg":  # paths absolute, outside the warehouse
+            try:
+                options = iceberg_options(options, self.rt.warehouse.root)
+            except ValueError as e:
+                raise stmt.error(f"sink {e}", str(e).split(" ", 1)[0]) from None
         sink_id = f"{name}-{uuid.uuid4().hex[:12]}"
         return SinkSpec(name, sink_id, tuple(visible), tuple(key), mode, options)
 

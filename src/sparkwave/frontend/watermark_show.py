@@ -39,8 +39,9 @@ def describe_rows(catalog: Catalog, rel: Relation) -> list[DescribeRow]:
     dataflow = rel.definition.get("dataflow")
     if rel.kind == "mv" and dataflow is not None and '"op": "eowc"' in json.dumps(dataflow):
         out.append(("emit on window close", "append-only", None, None,
-                    "EMIT ON WINDOW CLOSE: append-only; each window's row is inserted once, when the watermark "
-                    "passes its end, and never updated"))
+                    "EMIT ON WINDOW CLOSE: append-only; each row is inserted once, when the watermark passes "
+                    "it (its window's end, its time, or the last row its window functions read), and never "
+                    "updated"))
     return out
 
 

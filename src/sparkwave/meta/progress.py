@@ -131,7 +131,8 @@ def job_infos(catalog: Catalog, now: float | None = None) -> list[JobInfo]:
         kind, created = rel
         info = _info(catalog, job, kind, created if kind != "sink" else job.snapshot_epoch or 0, now)
         out.append(dataclasses.replace(info, phase="failed") if job.relation in failed else info)
-    return out
+    from sparkwave.meta.cdc_progress import with_cdc_backfills  # it imports this module
+    return with_cdc_backfills(catalog, out, now)  # a CDC table's job shows its backfill's progress
 
 
 def _info(catalog: Catalog, job: JobRow, kind: str, created_epoch: int, now: float) -> JobInfo:

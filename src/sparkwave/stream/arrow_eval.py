@@ -16,17 +16,15 @@ wider one, an integer meets a float as the float; anything else that differs is 
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparkwave.core.schema import SqlType
+from sparkwave.stream.arrow_casts import cast_text_literal, cast_values, target_type
 from sparkwave.stream.arrow_numbers import (
     MAX_PRECISION,
     DecimalType,
@@ -39,65 +37,22 @@ from sparkwave.stream.arrow_numbers import (
     spark_compare,
     try_int_op,
 )
+from sparkwave.stream.arrow_values import (
+    FLOATS,
+    INT_BOUNDS,
+    INTS,
+    NUMERIC_ORDER,
+    Compiled,
+    Fn,
+    Inexact,
+    Refused,
+    Rows,
+    arrow_type,
+    constant,
+    sql_type_of,
+)
 
-__all__ = ["Compiled", "Inexact", "Refused", "Rows", "arrow_type", "compile_expr", "sql_type_of"]
-
-INTS = ("tinyint", "smallint", "int", "bigint")
-FLOATS = ("real", "double")
-_NUMERIC_ORDER = (*INTS, *FLOATS)
-_INT_BOUNDS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
-
-
-class Refused(Exception):
-    """An expression the Arrow evaluator does not compute exactly as Spark: Spark evaluates it."""
-
-
-class Inexact(Exception):
-    """A value met at run time that the evaluator cannot compute exactly: the epoch goes to Spark."""
-
-
-@dataclass(frozen=True)
-class Rows:
-    """A batch of input rows: columns by name, `n` rows."""
-
-    cols: dict[str, pa.Array]
-    n: int
-
-
-Fn = Callable[[Rows], pa.Array]
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """An expression's Spark type (a `SqlType` name, or tinyint / null) and its evaluation."""
-
-    type: str
-    fn: Fn
-    constant: object = None  # a literal's Python value (for literal-only rules), else None
-    is_literal: bool = False
-
-
-def arrow_type(t: str) -> pa.DataType:
-    if t == "tinyint":
-        return pa.int8()
-    if t == "null":
-        return pa.null()
-    return SqlType(t).arrow
-
-
-@functools.lru_cache(maxsize=256)
-def sql_type_of(t: pa.DataType) -> str | None:
-    """The Spark type name of an Arrow type, None if the evaluator has none."""
-    for name in ("boolean", "smallint", "int", "bigint", "real", "double", "date", "timestamp", "timestamptz"):
-        if SqlType(name).arrow == t:
-            return name
-    if t == pa.int8():
-        return "tinyint"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "varchar"
-    if pa.types.is_decimal128(t):
-        return f"decimal({t.precision},{t.scale})"
-    return None
+__all__ = ["INTS", "Compiled", "Inexact", "Refused", "Rows", "arrow_type", "compile_expr", "sql_type_of"]
 
 
 def compile_expr(tree: exp.Expr, types: dict[str, str]) -> Compiled:
@@ -110,12 +65,6 @@ def compile_expr(tree: exp.Expr, types: dict[str, str]) -> Compiled:
 
 def _sub(tree: exp.Expr, types: dict[str, str]) -> Compiled:
     return compile_expr(tree, types)
-
-
-def _const(value: object, t: str) -> Compiled:
-    at = arrow_type(t)
-    scalar = pa.scalar(value, at)
-    return Compiled(t, lambda r: pa.repeat(scalar, r.n), value, True)
 
 
 # --- leaves ------------------------------------------------------------------------------------
@@ -135,13 +84,13 @@ _DEC_TEXT = re.compile(r"-?(\d*)\.(\d*)")
 def _literal(tree: exp.Literal, types: dict[str, str]) -> Compiled:
     text = tree.this
     if tree.is_string:
-        return _const(text, "varchar")
+        return constant(text, "varchar")
     if _INT_TEXT.fullmatch(text):
         v = int(text)
         if -(2**31) <= v < 2**31:
-            return _const(v, "int")
+            return constant(v, "int")
         if -(2**63) <= v < 2**63:
-            return _const(v, "bigint")
+            return constant(v, "bigint")
         raise Refused(f"integer literal {text} is a decimal in Spark")
     m = _DEC_TEXT.fullmatch(text)
     if m:
@@ -149,14 +98,14 @@ def _literal(tree: exp.Literal, types: dict[str, str]) -> Compiled:
         t = decimal_type(d)
         if t is None:
             raise Refused(f"decimal literal {text} is too wide")
-        return _const(d, t.name)
+        return constant(d, t.name)
     if re.fullmatch(r"-?\d+(\.\d*)?[eE][+-]?\d+", text):
-        return _const(float(text), "double")
+        return constant(float(text), "double")
     raise Refused(f"literal {text}")
 
 
 def _boolean(tree: exp.Boolean, types: dict[str, str]) -> Compiled:
-    return _const(bool(tree.this), "boolean")
+    return constant(bool(tree.this), "boolean")
 
 
 def _null(tree: exp.Null, types: dict[str, str]) -> Compiled:
@@ -176,8 +125,8 @@ def wider(a: str, b: str) -> str:
         return b
     if b == "null":
         return a
-    if a in _NUMERIC_ORDER and b in _NUMERIC_ORDER:
-        return max(a, b, key=_NUMERIC_ORDER.index)
+    if a in NUMERIC_ORDER and b in NUMERIC_ORDER:
+        return max(a, b, key=NUMERIC_ORDER.index)
     raise Refused(f"no exact common type of {a} and {b}")
 
 
@@ -222,7 +171,7 @@ def _is(tree: exp.Is, types: dict[str, str]) -> Compiled:
     return Compiled("boolean", lambda r: pc.is_null(a(r)))
 
 
-_COMPARABLE = (*_NUMERIC_ORDER, "boolean", "varchar", "date", "timestamp", "timestamptz")
+_COMPARABLE = (*NUMERIC_ORDER, "boolean", "varchar", "date", "timestamp", "timestamptz")
 
 
 def _operands(left: exp.Expr, right: exp.Expr, types: dict[str, str]) -> tuple[str, Fn, Fn]:
@@ -306,7 +255,7 @@ def _between(tree: exp.Between, types: dict[str, str]) -> Compiled:
 def _numeric(tree: exp.Expr, types: dict[str, str]) -> tuple[Compiled, Compiled]:
     a, b = _sub(tree.this, types), _sub(tree.expression, types)
     for c in (a, b):
-        if c.type not in _NUMERIC_ORDER and not c.type.startswith("decimal") and c.type != "null":
+        if c.type not in NUMERIC_ORDER and not c.type.startswith("decimal") and c.type != "null":
             raise Refused(f"arithmetic on {c.type}")
     return a, b
 
@@ -370,7 +319,7 @@ def _try_arith(tree: exp.Expr, types: dict[str, str]) -> Compiled:
         return Compiled(t, lambda r: op(x(r), y(r)))
     if t not in ("int", "bigint"):
         raise Refused(f"try_{kind} on {t}")
-    return Compiled(t, lambda r: try_int_op(kind, x(r), y(r), _INT_BOUNDS[t]))
+    return Compiled(t, lambda r: try_int_op(kind, x(r), y(r), INT_BOUNDS[t]))
 
 
 def _int_div(tree: exp.IntDiv, types: dict[str, str]) -> Compiled:
@@ -384,7 +333,7 @@ def _int_div(tree: exp.IntDiv, types: dict[str, str]) -> Compiled:
 def _mod(tree: exp.Mod, types: dict[str, str]) -> Compiled:
     a, b = _numeric(tree, types)
     t = wider(a.type, b.type)
-    if t not in _NUMERIC_ORDER:
+    if t not in NUMERIC_ORDER:
         raise Refused(f"% of {a.type} and {b.type}")
     x, y = cast_to(a, t), cast_to(b, t)
     return Compiled(t, lambda r: int_remainder(x(r), y(r), t in FLOATS))
@@ -392,7 +341,7 @@ def _mod(tree: exp.Mod, types: dict[str, str]) -> Compiled:
 
 def _div(tree: exp.Div, types: dict[str, str]) -> Compiled:
     a, b = _numeric(tree, types)
-    if a.type not in _NUMERIC_ORDER or b.type not in _NUMERIC_ORDER:
+    if a.type not in NUMERIC_ORDER or b.type not in NUMERIC_ORDER:
         raise Refused(f"/ of {a.type} and {b.type}")  # decimal division: Spark's scale rules
     x, y = cast_to(a, "double"), cast_to(b, "double")
 
@@ -406,7 +355,7 @@ def _neg(tree: exp.Neg, types: dict[str, str]) -> Compiled:
     if isinstance(tree.this, exp.Literal) and not tree.this.is_string:  # Spark reads `-3` as one literal
         return _literal(exp.Literal(this=f"-{tree.this.this}", is_string=False), types)
     a = _sub(tree.this, types)
-    if a.type not in _NUMERIC_ORDER and not a.type.startswith("decimal"):
+    if a.type not in NUMERIC_ORDER and not a.type.startswith("decimal"):
         raise Refused(f"negation of {a.type}")
     fn = a.fn
     return Compiled(a.type, lambda r: pc.negate(fn(r)))
@@ -414,7 +363,7 @@ def _neg(tree: exp.Neg, types: dict[str, str]) -> Compiled:
 
 def _abs(tree: exp.Abs, types: dict[str, str]) -> Compiled:
     a = _sub(tree.this, types)
-    if a.type not in _NUMERIC_ORDER and not a.type.startswith("decimal"):
+    if a.type not in NUMERIC_ORDER and not a.type.startswith("decimal"):
         raise Refused(f"abs of {a.type}")
     fn = a.fn
     return Compiled(a.type, lambda r: pc.abs(fn(r)))
@@ -537,88 +486,13 @@ def _trim(tree: exp.Trim, types: dict[str, str]) -> Compiled:
 
 
 # --- casts ---------------------------------------------------------------------------------------
-_DATE_TEXT = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-
-
 def _cast(tree: exp.Cast, types: dict[str, str]) -> Compiled:
-    target = _target_type(tree.to)
+    target = target_type(tree.to)
     safe = bool(tree.args.get("safe"))  # TRY_CAST; a CAST of sqlglot's Spark reader is a TryCast without it
     a = _sub(tree.this, types)
     if a.is_literal and isinstance(a.constant, str):
-        return _cast_text_literal(a.constant, target)
-    return _cast_values(a, target, safe)
-
-
-def _target_type(to: exp.DataType) -> str:
-    name = to.sql(dialect="spark").lower().replace(" ", "")
-    simple = {"boolean": "boolean", "tinyint": "tinyint", "smallint": "smallint", "int": "int", "bigint": "bigint",
-              "float": "real", "double": "double", "string": "varchar", "date": "date",
-              "timestamp": "timestamptz", "timestamp_ntz": "timestamp"}
-    if name in simple:
-        return simple[name]
-    m = re.fullmatch(r"decimal\((\d+),(\d+)\)", name)
-    if m:
-        return f"decimal({m.group(1)},{m.group(2)})"
-    raise Refused(f"cast to {name}")
-
-
-def _cast_text_literal(text: str, target: str) -> Compiled:
-    """A string literal cast to a date or a decimal (`100BD`), folded when its text is plain."""
-    if target == "date":
-        m = _DATE_TEXT.fullmatch(text)
-        if not m:
-            raise Refused(f"date literal {text!r}")
-        from datetime import date
-
-        try:
-            return _const(date(int(m.group(1)), int(m.group(2)), int(m.group(3))), "date")
-        except ValueError:  # no such day: Spark's NULL, left to Spark
-            raise Refused(f"date literal {text!r}") from None
-    if target.startswith("decimal") and re.fullmatch(r"-?\d+(\.\d+)?", text):
-        t = DecimalType.parse(target)
-        d = Decimal(text)
-        if d.as_tuple().exponent < -t.scale or len(str(abs(int(d)))) > t.precision - t.scale:  # type: ignore[operator]
-            raise Refused(f"decimal literal {text!r} as {target}")
-        return _const(d, target)
-    if target == "varchar":
-        return _const(text, "varchar")
-    raise Refused(f"cast of a string literal to {target}")
-
-
-def _cast_values(a: Compiled, target: str, safe: bool) -> Compiled:
-    src, fn = a.type, a.fn
-    at = arrow_type(target)
-    if src == target:
-        return a
-    if src == "null":
-        return Compiled(target, lambda r: pa.nulls(r.n, at))
-    if src in INTS and target in INTS:
-        if _INT_BOUNDS[target] >= _INT_BOUNDS[src]:
-            return Compiled(target, lambda r: fn(r).cast(at))
-        bits = _INT_BOUNDS[target]
-
-        def narrow(r: Rows) -> pa.Array:
-            v = fn(r).cast(pa.int64())
-            if safe:  # TRY_CAST: NULL out of range
-                out = pc.if_else(pc.and_(pc.greater_equal(v, -(2**bits)), pc.less(v, 2**bits)), v,
-                                 pa.scalar(None, pa.int64()))
-                return out.cast(at)
-            return v.cast(at, safe=False)  # CAST: the low bits, as Java's narrowing
-        return Compiled(target, narrow)
-    if src in INTS and target in FLOATS:
-        return Compiled(target, lambda r: fn(r).cast(at, safe=False))  # rounded to nearest, as Java
-    if src == "real" and target == "double":
-        return Compiled(target, lambda r: fn(r).cast(at))
-    if src in INTS and target == "varchar" or src == "boolean" and target == "varchar":
-        return Compiled(target, lambda r: fn(r).cast(pa.string()))
-    if src == "boolean" and target in INTS:
-        return Compiled(target, lambda r: fn(r).cast(at))
-    if src in INTS and target == "boolean":
-        return Compiled(target, lambda r: pc.not_equal(fn(r), 0))
-    if target.startswith("decimal") and (src in INTS or src.startswith("decimal")):
-        t = DecimalType.parse(target)
-        return Compiled(target, lambda r: cast_decimal(fn(r), t))
-    raise Refused(f"cast of {src} to {target}")
+        return cast_text_literal(a.constant, target)
+    return cast_values(a, target, safe)
 
 
 _RULES: dict[type, Callable[..., Compiled]] = {

@@ -26,6 +26,7 @@ from sparkwave.storage.store import Store
 from sparkwave.storage.table import StagedLog
 from sparkwave.stream import bad_records, fusion
 from sparkwave.stream.dataflow import Dataflow
+from sparkwave.stream.direct_intents import arrow_intents, old_rows, takes_direct
 from sparkwave.stream.epoch_work import DmlBatches, EpochWork
 from sparkwave.stream.fused_read import read_fused
 from sparkwave.stream.materialize import materialize_table, materialize_table_frame
@@ -72,7 +73,9 @@ class Executor:
         stored = self.store.stored(rel)
         overwrites = rel.definition.get("on_conflict", "overwrite") == "overwrite"
         watermarked = "watermark" in rel.definition  # its late rows are dropped on the driver
-        if policy.is_big_epoch(_rows_in(rel, e, dml), e.big_rows) and overwrites and not watermarked:
+        direct = self._direct(rel, dml) if e.source_ranges(rel.name) else None
+        held = direct is not None and direct.holds_rows  # its rows are on the driver already: no executor job
+        if policy.is_big_epoch(_rows_in(rel, e, dml), e.big_rows) and overwrites and not watermarked and not held:
             staged = self._table_step_frame(rel, e, dml)
             return staged if staged is not None and staged.num_rows else None
         chunk = self._table_step(rel, e, dml)
@@ -106,23 +109,39 @@ class Executor:
         intents = parts[0]
         for p in parts[1:]:
             intents = intents.unionByName(p, allowMissingColumns=True)
+        if (generated := rel.definition.get("proctime")) and e.now is not None:  # col AS PROCTIME(): the epoch's NOW
+            intents = intents.withColumns({c: F.timestamp_micros(F.lit(e.now)) for c in generated})
+        if computed := rel.definition.get("generated"):  # col type AS expr: from the row (`plan/generated.py`)
+            keyed = F.col("_op") == int(Op.KEY_DELETE)  # a delete by key (a tombstone) names the key it deletes
+            intents = intents.withColumns({c: F.when(keyed, F.col(f"`{c}`")).otherwise(F.expr(g["spark"]))
+                                           for c, g in computed.items()})
         keep = (ERROR, RAW) if ERROR in intents.columns else ()
         return with_vnode(intents, rel.schema, keep)
 
     def _table_step(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> pa.Table | None:
         """A table's intents of the epoch as consistent log rows, on the driver."""
-        intents = self._intents(rel, e, dml)
-        if intents is None:
-            return None
-        watermarked = "watermark" in rel.definition  # its MVs' chains see only the rows on time
-        rows = read_fused(self.store, rel, e, intents) if rel.kind == "source" and not watermarked \
-            else to_arrow(intents)
+        ranges = e.source_ranges(rel.name)
+        conn = self._direct(rel, dml) if ranges else None  # its rows held in Arrow: no Spark round trip
+        rows = arrow_intents(conn, rel, ranges) if conn is not None else None
+        if rows is None:
+            intents = self._intents(rel, e, dml)
+            if intents is None:
+                return None
+            watermarked = "watermark" in rel.definition  # its MVs' chains see only the rows on time
+            rows = read_fused(self.store, rel, e, intents) if rel.kind == "source" and not watermarked \
+                else to_arrow(intents)
         chunk = e.bad.set_aside(rel.name, self.connector(rel) if ERROR in rows.column_names else None, rows)
-        if watermarked:
+        if "watermark" in rel.definition:
             chunk = watermark_step(self.store.catalog, rel, e, chunk, self.connector(rel))
+        absent = conn.absent_keys(ranges) if conn is not None else None  # a CDC backfill chunk's keys
         return materialize_table(chunk, rel.schema, e.epoch,
-                                 lambda keys: lookup(self.store.catalog, rel.name, rel.schema, e.prev, keys),
-                                 rel.definition.get("on_conflict", "overwrite"))
+                                 lambda keys: old_rows(lambda k: lookup(self.store.catalog, rel.name, rel.schema,
+                                                                        e.prev, k), keys, rel.schema, absent),
+                                 rel.definition.get("on_conflict", "overwrite"), new_keys=absent is not None)
+
+    def _direct(self, rel: Relation, dml: DmlBatches) -> Connector | None:
+        """The table's connector if its intents may skip Spark (`direct_intents.takes_direct`)."""
+        return self.connector(rel) if takes_direct(rel, any(r == rel.name for _, r, _, _ in dml)) else None
 
     def _table_step_frame(self, rel: Relation, e: EpochWork, dml: DmlBatches) -> StagedLog | None:
         """`_table_step` for a big epoch: the executors join the intents with the table as of the

@@ -29,6 +29,8 @@ from sparkwave.core.schema import Schema
 from sparkwave.core.zset import W, apply_zset, distinct, net, with_weight
 from sparkwave.stream.expressions import Expr, exprs_of, references
 from sparkwave.stream.operator import EpochIO, Operator, SnapshotIO, States, state_schema
+from sparkwave.stream.over_retire import Retire, retired
+from sparkwave.stream.watermark_clean import Cleaning, cleaning_states, finish_cleaning
 
 SIDE = "_side"  # which of the two row sets a per-epoch evaluation computes (0 before, 1 after)
 _STATE = re.compile(r"w(\d+)")
@@ -43,6 +45,8 @@ class OverWindow(Operator):
     input: Operator
     partition: list[str]  # the state's partition columns: every call's PARTITION BY has them
     calls: list[tuple[str, Expr]]  # (output column, Spark SQL `fn(...) OVER (PARTITION BY _side, ...)`)
+    cleaning: Cleaning | None = None  # a watermarked partition column: its closed partitions' rows are deleted
+    retire: Retire | None = None  # under EMIT ON WINDOW CLOSE: the emitted rows no later row reads are deleted
 
     def __post_init__(self) -> None:
         self.calls = exprs_of(self.calls)
@@ -52,13 +56,16 @@ class OverWindow(Operator):
         return [self.input]
 
     def _fields_json(self) -> dict[str, Any]:
-        return {"partition": self.partition, "calls": [list(c) for c in self.calls]}
+        return {"partition": self.partition, "calls": [list(c) for c in self.calls],
+                **({"cleaning": self.cleaning.to_json()} if self.cleaning else {}),
+                **({"retire": self.retire.to_json()} if self.retire else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], inputs: list[Operator]) -> OverWindow:
         (child,) = inputs
         return OverWindow(d["id"], [(n, t) for n, t in d["columns"]], list(d["key"]), input=child,
-                          partition=list(d["partition"]), calls=exprs_of(d["calls"]))
+                          partition=list(d["partition"]), calls=exprs_of(d["calls"]),
+                          cleaning=Cleaning.from_json(d.get("cleaning")), retire=Retire.from_json(d.get("retire")))
 
     def prune(self, needed: set[str]) -> None:
         keep = needed | set(self.key)
@@ -86,23 +93,35 @@ class OverWindow(Operator):
     def delta(self, io: EpochIO, *, root: bool = False) -> pa.Table | None:
         assert not root, "BUG: a window's output reaches the MV through a projection"
         d = self.input.delta(io)
-        if d is None or d.num_rows == 0:
-            return None
-        out = self.apply(d, io.states, lambda rows: self._evaluate(io, rows))
-        return out if out.num_rows else None
+        states = cleaning_states(self, self.cleaning, io.states, io.watermarks)
+        out = None
+        if d is not None and d.num_rows:
+            value = self.retire.watermark.value(io.watermarks) if self.retire else None
+            out = self.apply(d, states, lambda rows: self._evaluate(io, rows), retire_below=value)
+        finish_cleaning(states)
+        return out if out is not None and out.num_rows else None
 
-    def apply(self, d: pa.Table, states: States, evaluate: Callable[[pa.Table], pa.Table]) -> pa.Table:
+    def apply(self, d: pa.Table, states: States, evaluate: Callable[[pa.Table], pa.Table],
+              retire_below: int | None = None) -> pa.Table:
         """The change of the outputs from the input's change `d`, against and staging the state;
-        `evaluate` computes the calls over `| columns | _side |` rows."""
+        `evaluate` computes the calls over `| columns | _side |` rows; `retire_below`: the watermark
+        below which `retire` deletes emitted rows (`stream/over_retire.py`)."""
         schema = self.input.arrow_schema()
         touched = distinct(d, self.partition)
         old = states.lookup(self.state, self.partition, touched).select(schema.names).cast(schema)
         new = apply_zset(old, d)
-        states.stage(self.state, d)
         both = pa.concat_tables([_tagged(old, 0), _tagged(new, 1)])
         if both.num_rows == 0:
+            states.stage(self.state, d)
             return with_weight(self.arrow_schema().empty_table(), 1)
         rows = evaluate(both)
+        if self.retire is not None and retire_below is not None:
+            after = rows.filter(pc.equal(rows[SIDE], 1))
+            gone = retired(after, self.retire, self.partition, self.input.key, retire_below)
+            typed = with_weight(schema.empty_table(), 1).schema
+            d = net(pa.concat_tables([d.select(typed.names).cast(typed), with_weight(gone.select(schema.names).cast(
+                schema), -1)]))
+        states.stage(self.state, d)
         weights = pc.if_else(pc.equal(rows[SIDE], 0), -1, 1).cast(pa.int64())
         out = rows.select(self.names).cast(self.arrow_schema()).append_column(W, weights)
         return net(out)

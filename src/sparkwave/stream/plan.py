@@ -23,6 +23,8 @@ and the state tables of a tree.
   leaving or appearing as the epochs' NOW() advances, with a state table of its input's rows by time.
 - `TemporalJoin` (`stream/temporal_join.py`): `JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`, each stream
   row looked up in table t as it arrives, never retracted by t's changes.
+- `ProjectSet` (`stream/project_set.py`): `generate_series` / `unnest`, each input row as 0..n rows
+  numbered by an ordinal in the key; no state.
 
 The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`); `Dataflow`
 (`stream/dataflow.py`) drives a tree per epoch and from a snapshot.
@@ -30,10 +32,10 @@ The root's Z-set becomes the MV's rows in `Materialize` (`stream/materialize.py`
 Stored JSON, per operator (warehouses keep it, so it does not change):
 `{"id", "op", "columns": [[name, type]...], "key", "inputs": [...]}` plus the operator's own fields,
 `op` being "scan" | "project" | "join" | "agg" | "over" | "values" | "share" | "asof_join" |
-"temporal_filter" | "temporal_join" | "union" (its `branches`). A share's input is
-stored under each of its parents. Fields were only ever added, never changed; a version that
-predates one cannot run a plan that uses it (a join's `borrowed` sides: it would look for state
-tables the plan does not have)."""
+"temporal_filter" | "temporal_join" | "union" (its `branches`) | "project_set" (its `sets`,
+`ordinal`). A share's input is stored under each of its parents. Fields were only ever added,
+never changed; a version that predates one cannot run a plan that uses it (a join's `borrowed`
+sides: it would look for state tables the plan does not have)."""
 
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
 from sparkwave.stream.project import Project
+from sparkwave.stream.project_set import ProjectSet
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.share import Share
 from sparkwave.stream.temporal_filter import TemporalFilter
@@ -57,7 +60,7 @@ from sparkwave.stream.values import Values
 
 OPERATORS: dict[str, type[Operator]] = {cls.op: cls for cls in (Scan, Project, Join, Aggregate, OverWindow, Values,
                                                                 Share, AsofJoin, TemporalFilter, Union, Eowc,
-                                                                TemporalJoin)}
+                                                                TemporalJoin, ProjectSet)}
 
 
 def from_json(d: dict[str, Any], shares: dict[int, Operator] | None = None) -> Operator:

@@ -171,6 +171,20 @@ def _eowc(op: Any, declared: DeclaredOf) -> dict[str, Derivation]:
     return derive(op.input, declared)
 
 
+def _over(op: Any, declared: DeclaredOf) -> dict[str, Derivation]:
+    """Window functions: their partition columns (a partition below the watermark gets no row again;
+    the ORDER BY column does not carry it: a later row can change an earlier row's outputs)."""
+    below = derive(op.input, declared)
+    return {p: below[p] for p in op.partition if p in below}
+
+
+def _project_set(op: Any, declared: DeclaredOf) -> dict[str, Derivation]:
+    """A set-returning projection: the input columns it passes on as they are."""
+    below = derive(op.input, declared)
+    return {n: below[n] for n in op.passed if n in below}
+
+
 _RULES: dict[str, Callable[[Any, DeclaredOf], dict[str, Derivation]]] = {
     "scan": _scan, "project": _project, "agg": _aggregate, "share": _share, "join": _join, "eowc": _eowc,
+    "over": _over, "project_set": _project_set,
 }

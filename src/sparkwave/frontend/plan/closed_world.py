@@ -30,7 +30,9 @@ HANDLED: dict[type[exp.Expr], frozenset[str]] = {
                            "order", "limit", "offset", "qualify"}),
     exp.From: frozenset({"this"}),
     exp.Join: frozenset({"this", "on", "using", "side", "kind", "method"}),
-    exp.Table: frozenset({"this", "alias", "db", "catalog", "version"}),  # version: check_dropped, temporal_join.py
+    exp.Table: frozenset({"this", "alias", "db", "catalog", "version",  # version: check_dropped, temporal_join.py
+                          "ordinality"}),  # of a set-returning call: plan/project_set.py (which refuses it elsewhere)
+    exp.Lateral: frozenset({"this", "alias", "ordinality", "view", "outer", "cross_apply"}),  # plan/project_set.py
     exp.Version: frozenset({"this", "kind", "expression"}),  # AS OF PROCTIME() only (check_dropped)
     exp.TableAlias: frozenset({"this", "columns"}),
     exp.Subquery: frozenset({"this", "alias"}),
@@ -54,7 +56,8 @@ HANDLED: dict[type[exp.Expr], frozenset[str]] = {
        for cls in (exp.Union, exp.Intersect, exp.Except)},
     **{cls: frozenset({"expressions"}) for cls in (exp.GroupingSets, exp.Rollup, exp.Cube, exp.Grouping)},
     exp.Window: frozenset({"this", "partition_by", "order", "spec", "alias", "over"}),
-    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
+    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side",
+                               "exclude"}),  # windows.py: EXCLUDE CURRENT ROW at a ROWS frame's edge, else refused
     exp.Filter: ALL,  # aggregate FILTER: `rewrite` makes it a CASE
     exp.WithinGroup: frozenset({"this", "expression"}),  # ordered-set aggregates: plan/ordered_aggs.py
     exp.Exists: ALL,  # subqueries.py: semi and anti joins
@@ -122,7 +125,6 @@ NAMES: dict[tuple[type[exp.Expr] | None, str], str] = {
     (exp.Star, "rename"): "* RENAME",
     (exp.Star, "ilike"): "* ILIKE",
     (exp.Ordered, "with_fill"): "WITH FILL",
-    (exp.WindowSpec, "exclude"): "a window frame's EXCLUDE",
     (exp.Window, "first"): "FIRST / LAST in OVER",
     (exp.With, "search"): "SEARCH in WITH RECURSIVE",
     (exp.With, "cycle"): "CYCLE in WITH RECURSIVE",

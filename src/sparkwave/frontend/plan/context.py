@@ -18,6 +18,7 @@ from sparkwave.stream.expressions import Expr, expr_or_none, exprs_of
 from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
 from sparkwave.stream.project import Project
+from sparkwave.stream.project_set import ProjectSet
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.union import Union
 from sparkwave.stream.values import Values
@@ -73,7 +74,7 @@ class PlanContext:
         (and windows) over them, and inner joins of two such inputs."""
         if isinstance(op, Scan):
             return self.relation(op.relation).schema.append_only
-        if isinstance(op, Project):
+        if isinstance(op, Project | ProjectSet):
             return self.append_only(op.input)
         if isinstance(op, Join):
             # (an inner ASOF join, `per_key`, retracts a match when a closer right row arrives)

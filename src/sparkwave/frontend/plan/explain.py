@@ -26,6 +26,7 @@ from sparkwave.stream.operator import Operator
 from sparkwave.stream.over import OverWindow
 from sparkwave.stream.plan import from_json
 from sparkwave.stream.project import Project
+from sparkwave.stream.project_set import ProjectSet
 from sparkwave.stream.scan import Scan
 from sparkwave.stream.share import Share
 from sparkwave.stream.table_side import TableSide
@@ -166,6 +167,9 @@ class _Explain:
             return [f"columns: [{n.all([c for c, _ in op.columns])}]", f"rows: [{rows}]"]
         if isinstance(op, Union):  # UNION ALL: no state; its key's first column tags each row's branch
             return [f"all: {len(op.inputs)} branches", f"branch: {n(op.key[0])}"]
+        if isinstance(op, ProjectSet):  # no state: each input row's series, numbered by the ordinal
+            calls = [f"{n(c)} := {fn}({', '.join(n.expr(a) for a in args)})" for c, fn, args in op.sets]
+            return [f"sets: [{', '.join(calls)}]", f"ordinal: {n(op.ordinal)}"]
         return []
 
     def scan(self, op: Scan) -> list[str]:
@@ -226,7 +230,9 @@ class _Explain:
                                          f"{n(op.column)}; cleaned by NOW(): {op.cleaned(n(op.column))}")]
         if isinstance(op, OverWindow):
             calls = ", ".join(n(c) for c, _ in op.calls)
-            return [self.table(op.state, f"the rows of each {n.all(op.partition)}, for {calls}")]
+            retired = f"; {op.retire.describe()}" if op.retire else ""
+            return [StateTable(t.name, t.words + cleaned_words(op.cleaning, n) + retired)
+                    for t in [self.table(op.state, f"the rows of each {n.all(op.partition)}, for {calls}")]]
         return []
 
     def join_states(self, op: Join) -> list[StateTable]:

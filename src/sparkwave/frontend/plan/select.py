@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sparkwave.core.schema import column_name_problem
-from sparkwave.frontend.plan import temporal
+from sparkwave.frontend.plan import project_set, temporal
 from sparkwave.frontend.plan.aggregates import agg_calls, aggregate
 from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.grouping_sets import grouped_sets, grouping_sets
@@ -31,7 +31,12 @@ def select(ctx: PlanContext, q: exp.Expr) -> tuple[Project, Outputs]:
     if not isinstance(q, exp.Select):
         raise ctx.err(f"unsupported query shape {type(q).__name__} in a materialized view; expected SELECT")
     check_shape(ctx.stmt, q)
-    fc = plan_from(ctx, q, lambda t: from_item(ctx, t))
+    project_set.check_placement(ctx, q)
+    q_from, later = project_set.split_from(ctx, q)  # FROM t, unnest(...): over the FROM before them
+    fc = plan_from(ctx, q_from, lambda t: from_item(ctx, t))
+    for j in later:
+        fc.node, srf = project_set.join_sets(ctx, fc.node, fc.items, j.this)
+        fc.items.append(srf)
     timed, fc.where = temporal.split(fc.where)
     predicate = _where(ctx, fc)
     node, items = fc.node, fc.items
@@ -42,7 +47,10 @@ def select(ctx: PlanContext, q: exp.Expr) -> tuple[Project, Outputs]:
     if having is not None:
         aggs += agg_calls(having.this)
     windowed = any(p.find(exp.Window) for p in q.expressions)
-    if q.args.get("group") or aggs or having is not None or q.args.get("distinct"):
+    if project_set.has_sets(q):  # SELECT unnest(...): a project set after WHERE, its calls then columns
+        q, node, items = project_set.select_sets(ctx, q, node, items, predicate)
+        predicate = None
+    elif q.args.get("group") or aggs or having is not None or q.args.get("distinct"):
         if windowed:
             raise ctx.err("window functions (OVER ...) with SELECT DISTINCT * are not supported; name the "
                           "columns", "OVER")
@@ -106,6 +114,8 @@ def _star(ctx: PlanContext, proj: exp.Expr, items: list[Item], star_list: list[t
 
 def from_item(ctx: PlanContext, t: exp.Expr) -> Item:
     """A FROM item: a subquery (planned as its own SELECT), or a table, window or VALUES."""
+    if project_set.is_set_item(t):  # FROM generate_series(1, 10) AS g(v): named by its alias already
+        return project_set.from_item(ctx, t)
     if isinstance(t, exp.Subquery):
         node, outputs = select(ctx, t.this)
         alias = t.alias.lower() if t.alias else f"_subquery{node.id}"

@@ -1,16 +1,17 @@
 """Temporal filters in WHERE, as RisingWave has them: a conjunct comparing a timestamp column with
-`NOW()` (or `CURRENT_TIMESTAMP`), optionally plus or minus a constant INTERVAL, planned as a
-`TemporalFilter` (`stream/temporal_filter.py`). `col > / >= NOW() ...` is a lower bound (rows leave
-as time passes), `col < / <= NOW() ...` an upper bound (a delay: rows appear once NOW() passes
-them); one of each at most. Anywhere else in a materialized view NOW() is refused, saying where it
-may be written: it is the epoch's time, and only a filter on it is maintained as time passes."""
+`NOW()` (or `CURRENT_TIMESTAMP`), optionally plus or minus a constant INTERVAL expression (folded:
+`INTERVAL '1 day' * 365 * 2000`, `frontend/constants.py`), planned as a `TemporalFilter`
+(`stream/temporal_filter.py`). `col > / >= NOW() ...` is a lower bound (rows leave as time passes),
+`col < / <= NOW() ...` an upper bound (a delay: rows appear once NOW() passes them); one of each at
+most. `col BETWEEN NOW() ... AND NOW() ...` is read as its two bounds. Anywhere else in a
+materialized view NOW() is refused, saying where it may be written: it is the epoch's time, and
+only a filter on it is maintained as time passes."""
 
 from __future__ import annotations
 
-import re
-
 from sqlglot import exp
 
+from sparkwave.frontend import constants
 from sparkwave.frontend.plan.context import PlanContext
 from sparkwave.frontend.plan.scope import Scope
 from sparkwave.stream.expressions import column_ref
@@ -23,44 +24,33 @@ WHERE_TO_WRITE = ("is not allowed in a materialized view outside a temporal filt
                   "appear once NOW() passes them)")
 _OPS: dict[type[exp.Expr], str] = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
-_UNITS = {"microsecond": 1, "millisecond": 1000, "second": 1_000_000, "minute": 60_000_000,
-          "hour": 3_600_000_000, "day": 86_400_000_000, "week": 7 * 86_400_000_000}
-_PART = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
 
 
 def _now_side(e: exp.Expr) -> int | None:
-    """The offset (microseconds) if `e` is NOW() [+|- constant INTERVAL], else None."""
+    """The offset (microseconds) if `e` is NOW() [+|- constant INTERVAL expression], else None."""
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.CurrentTimestamp):
         return 0
-    if isinstance(e, exp.Add | exp.Sub) and isinstance(e.this, exp.CurrentTimestamp | exp.Paren):
-        base = _now_side(e.this)
-        step = interval_micros(e.expression)
+    if isinstance(e, exp.Add | exp.Sub):
+        base, step = _now_side(e.this), interval_micros(e.expression)
         if base is not None and step is not None:
             return base + (step if isinstance(e, exp.Add) else -step)
+        if isinstance(e, exp.Add):  # INTERVAL '1 hour' + NOW()
+            base, step = _now_side(e.expression), interval_micros(e.this)
+            if base is not None and step is not None:
+                return base + step
     return None
 
 
 def interval_micros(e: exp.Expr) -> int | None:
-    """A constant INTERVAL of fixed length ('1 hour', '90' SECOND, '1 day 2 hours') in microseconds;
-    None for anything else (months and years have no fixed length)."""
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if not isinstance(e, exp.Interval) or not isinstance(e.this, exp.Literal):
+    """A constant INTERVAL expression of fixed length ('1 hour', '90' SECOND, '1 day 2 hours',
+    INTERVAL '1 day' * 365 * 2000: `constants.interval`) in microseconds; None for anything else
+    (months and years have no fixed length) and for NULL."""
+    try:
+        return constants.interval(e)
+    except ValueError:  # NotConstant, or a division by zero: not a temporal filter, NOW() is then refused
         return None
-    text = e.this.name + (f" {e.args['unit'].name}" if e.args.get("unit") is not None else "")
-    total, pos = 0.0, 0
-    for m in _PART.finditer(text):
-        if m.start() != pos:
-            return None
-        unit = m.group(2).lower()
-        unit = unit[:-1] if unit not in _UNITS and unit.endswith("s") else unit
-        if unit not in _UNITS:
-            return None
-        total += float(m.group(1)) * _UNITS[unit]
-        pos = m.end()
-    return int(total) if pos == len(text) and pos else None
 
 
 def _column_side(e: exp.Expr) -> tuple[exp.Column, int] | None:
@@ -92,11 +82,20 @@ def temporal_parts(c: exp.Expr) -> tuple[exp.Column, str, int] | None:
 
 
 def allowed_now(node: exp.Expr, q: exp.Select) -> bool:
-    """Whether `node` (a NOW()) is part of a temporal filter that is a conjunct of `q`'s WHERE."""
+    """Whether `node` (a NOW()) is part of a temporal filter that is a conjunct of `q`'s WHERE (or
+    one bound of a BETWEEN conjunct: `ts BETWEEN NOW() AND NOW() + INTERVAL '1 day'`)."""
     where = q.args.get("where")
     if where is None:
         return False
-    return any(temporal_parts(c) is not None and any(n is node for n in c.walk()) for c in conjuncts(where.this))
+    for c in conjuncts(where.this):
+        if not any(n is node for n in c.walk()):
+            continue
+        if temporal_parts(c) is not None:
+            return True
+        if _splits(c):
+            side = "low" if any(n is node for n in c.args["low"].walk()) else "high"
+            return temporal_parts(_half(c, side)) is not None
+    return False
 
 
 def conjuncts(e: exp.Expr) -> list[exp.Expr]:
@@ -107,8 +106,22 @@ def conjuncts(e: exp.Expr) -> list[exp.Expr]:
     return [e]
 
 
+def _splits(c: exp.Expr) -> bool:
+    """Whether `c` is `x BETWEEN a AND b` with NOW() in a bound: read as `x >= a AND x <= b`."""
+    return (isinstance(c, exp.Between) and not c.args.get("symmetric")
+            and any(c.args[side].find(exp.CurrentTimestamp) for side in ("low", "high")))
+
+
+def _half(c: exp.Expr, side: str) -> exp.Expr:
+    """One bound of a BETWEEN as its own comparison (copies: `c` stays whole)."""
+    op = exp.GTE if side == "low" else exp.LTE
+    return op(this=c.this.copy(), expression=c.args[side].copy())
+
+
 def split(conds: list[exp.Expr]) -> tuple[list[exp.Expr], list[exp.Expr]]:
-    """WHERE's conditions as (temporal filters, the others)."""
+    """WHERE's conditions as (temporal filters, the others); a BETWEEN with NOW() in a bound is
+    split into its two comparisons first."""
+    conds = [h for c in conds for h in ([_half(c, "low"), _half(c, "high")] if _splits(c) else [c])]
     temporal = [c for c in conds if temporal_parts(c) is not None]
     return temporal, [c for c in conds if temporal_parts(c) is None]
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkwave.frontend.plan.context import PlanContext
+from sparkwave.frontend.plan.eowc_over import close_call
 from sparkwave.stream.aggregate import Aggregate
 from sparkwave.stream.eowc import Eowc
 from sparkwave.stream.join import Join
 from sparkwave.stream.operator import Operator
+from sparkwave.stream.over import OverWindow
 from sparkwave.stream.project import Project
 from sparkwave.stream.watermark import Declared, Derivation, derive
 from sparkwave.stream.watermark_clean import Cleaning
 
 _WRITE = ("write GROUP BY window_start of TUMBLE(t, ts, ...) or HOP(...) over a table or source with "
-          "WATERMARK FOR ts AS ..., or GROUP BY the watermarked column")
+          "WATERMARK FOR ts AS ..., or GROUP BY the watermarked column, or select the watermarked column, or "
+          "window functions ORDER BY it or PARTITION BY a window of it")
 
 
 def watermarked(ctx: PlanContext, op: Operator) -> dict[str, Derivation]:
@@ -53,6 +56,10 @@ def plan_watermarks(ctx: PlanContext, root: Project) -> bool:
             wms = watermarked(ctx, op.input)
             if (column := _first_key(op, op.group, wms)) is not None:
                 op.cleaning = Cleaning(column, wms[column])
+        elif isinstance(op, OverWindow) and op.cleaning is None:
+            wms = watermarked(ctx, op.input)
+            if (column := _first_key(op, op.partition, wms)) is not None:
+                op.cleaning = Cleaning(column, wms[column])
         elif isinstance(op, Join) and op.join_type == "inner" and op.aggregate_sides:
             _clean_borrowed(ctx, op, {a for a, joins in readers.items() if len(joins) > 1})
     if not getattr(ctx.stmt, "emit_on_window_close", False):
@@ -83,12 +90,36 @@ def _clean_borrowed(ctx: PlanContext, join: Join, shared: set[int]) -> None:
 
 
 def _add_eowc(ctx: PlanContext, root: Project) -> None:
-    """An `Eowc` right above the aggregate under the MV's projections."""
+    """An `Eowc` right above the aggregate under the MV's projections; else right under the MV's
+    projection when its input has a column that carries a watermark (a SELECT of a watermarked
+    table, an inner join on watermarked keys, a group top-n partitioned by a window); else above
+    window functions ordered by a watermarked column (`eowc_over.py`)."""
     parent: Project = root
     while isinstance(parent.input, Project):
         parent = parent.input
     below = parent.input
-    if not isinstance(below, Aggregate) or not below.group:
+    if isinstance(below, Aggregate):
+        _eowc_aggregate(ctx, parent, below)
+        return
+    top = root.input
+    wms = watermarked(ctx, top)
+    if (column := _first_key(top, [*top.key, *[n for n in top.names if n not in top.key]], wms)) is not None:
+        if root.predicate is not None:  # filter first (a top-n's `rn <= N`): the buffer holds only what passes
+            top = ctx.passthrough(top, predicate=str(root.predicate))
+            root.predicate = None
+        root.input = Eowc(ctx.next_id(), list(top.columns), list(top.key), input=top,
+                          cleaning=Cleaning(column, wms[column]))
+        return
+    if isinstance(below, OverWindow) and (ordered := watermarked(ctx, below.input)):
+        close, derivation = close_call(ctx, below, ordered)
+        parent.input = Eowc(ctx.next_id(), list(below.columns), list(below.key), input=below,
+                            cleaning=Cleaning(close, derivation))
+        return
+    raise ctx.err(f"EMIT ON WINDOW CLOSE: no column of the query carries a watermark; {_WRITE}", "EMIT")
+
+
+def _eowc_aggregate(ctx: PlanContext, parent: Project, below: Aggregate) -> None:
+    if not below.group:
         raise ctx.err(f"EMIT ON WINDOW CLOSE needs the query to end in a GROUP BY of a watermarked column; {_WRITE}",
                       "EMIT")
     wms = watermarked(ctx, below)

@@ -76,6 +76,8 @@ def _window(ctx: PlanContext, w: exp.Window, scope: Scope, alias: str, keys: int
     columns = [scope.internal(p, "PARTITION BY") for p in parts if isinstance(p, exp.Column)]
     w.set("partition_by", [exp.column(f"{HIDDEN_PREFIX}side", table=alias), *parts])
     frame = w.args.get("spec")
+    if frame is not None and frame.args.get("exclude") is not None:
+        _exclude(ctx, frame)
     rows_frame = frame is not None and str(frame.args.get("kind", "")).upper() == "ROWS"
     if isinstance(w.this, _FRAMED) and not rows_frame:
         raise ctx.err(f"{w.this.sql_name().lower()}() needs an explicit ROWS frame in a materialized view "
@@ -87,3 +89,26 @@ def _window(ctx: PlanContext, w: exp.Window, scope: Scope, alias: str, keys: int
             f"{HIDDEN_PREFIX}k{i}", table=alias), nulls_first=False) for i in range(keys)]])
         w.set("order", order)  # ties in the row key's order: deterministic, as the deltas need
     return columns
+
+
+def _exclude(ctx: PlanContext, frame: exp.WindowSpec) -> None:
+    """EXCLUDE of a frame (Spark has none), in place: EXCLUDE NO OTHERS is the frame; EXCLUDE CURRENT
+    ROW of a ROWS frame that ends (or starts) at the current row is the frame ending at 1 PRECEDING
+    (starting at 1 FOLLOWING). Anything else is refused."""
+    what = str(frame.args["exclude"].name if isinstance(frame.args["exclude"], exp.Var) else
+               frame.args["exclude"]).upper()
+    end = frame.args.get("end") or "CURRENT ROW"
+    rows = str(frame.args.get("kind", "")).upper() == "ROWS"
+    if what == "NO OTHERS":
+        pass
+    elif what == "CURRENT ROW" and rows and str(end).upper() == "CURRENT ROW":
+        frame.set("end", exp.Literal.number(1))
+        frame.set("end_side", "PRECEDING")
+    elif what == "CURRENT ROW" and rows and str(frame.args.get("start")).upper() == "CURRENT ROW":
+        frame.set("start", exp.Literal.number(1))
+        frame.set("start_side", "FOLLOWING")
+    else:
+        raise ctx.err(f"a window frame's EXCLUDE {what} is supported only as EXCLUDE CURRENT ROW of a ROWS frame "
+                      "that ends or starts at the current row: write ROWS BETWEEN n PRECEDING AND 1 PRECEDING "
+                      "(or 1 FOLLOWING AND n FOLLOWING), or two windows added together", "EXCLUDE")
+    frame.set("exclude", None)

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sparkwave.core.errors import SqlError
+from sparkwave.frontend.plan.generated import take_generated_columns
+from sparkwave.frontend.plan.proctime import take_proctime_columns
 from sparkwave.frontend.statements.nodes import CreateMaterializedView, CreateSink, CreateSource, CreateTable, Statement
 from sparkwave.frontend.statements.sql import parse_sql
 from sparkwave.frontend.statements.watermark import take_emit, take_watermark
 
 NAME = r"([A-Za-z_][A-Za-z0-9_]*)"  # a relation's name is further checked by core/names.py
 _OPTIONS = re.compile(r"\bWITH\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
-_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z_]+)\s+ENCODE\s+([A-Za-z_]+)\s*$", re.IGNORECASE)
+# RisingWave's `FORMAT f ENCODE e [(key = 'value', ...)]`: the parenthesised options become `format.<key>`
+_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z_]+)\s+ENCODE\s+([A-Za-z_]+)\s*(?:\(([^()]*)\)\s*)?$", re.IGNORECASE)
 # RisingWave's `ON CONFLICT` of a keyed table: what an INSERT of a key the table holds does
 _ON_CONFLICT = re.compile(r"\bON\s+CONFLICT\s+(OVERWRITE|IGNORE|DO\s+NOTHING|DO\s+UPDATE\s+FULL|"
                           r"DO\s+UPDATE\s+IF\s+NOT\s+NULL)\s*$", re.IGNORECASE)
@@ -67,6 +70,8 @@ def _table_clauses(at: Statement, text: str) -> _TableClauses:
     body = text
     if m := _FORMAT.search(body):
         options.update({"format": m.group(1).lower(), "encode": m.group(2).lower()})
+        if m.group(3) is not None:
+            options.update({f"format.{k}": v for k, v in parse_options(text, m.group(3)).items()})
         body = body[: m.start()]
     if m := _OPTIONS.search(body):
         options = {**parse_options(text, m.group(1)), **options}
@@ -92,6 +97,8 @@ def _table_clauses(at: Statement, text: str) -> _TableClauses:
 def _table(at: Statement, text: str, node: type[CreateTable]) -> CreateTable:
     clauses = _table_clauses(at, text)
     body, watermark = take_watermark(at, clauses.body)
+    body, proctime = take_proctime_columns(at, body)
+    body, generated = take_generated_columns(at, body)
     ast = parse_sql(at, body)
     if isinstance(ast, exp.Create) and isinstance(ast.this, exp.Table) and clauses.options.get("connector"):
         ast.set("this", exp.Schema(this=ast.this, expressions=[]))  # no columns: the connector may know them
@@ -100,12 +107,11 @@ def _table(at: Statement, text: str, node: type[CreateTable]) -> CreateTable:
     if ast.expression is not None:
         raise at.error("CREATE TABLE ... AS SELECT is not supported; use CREATE MATERIALIZED VIEW", "AS")
     return node(at.text, at.line, at.col, ast=ast, options=clauses.options, append_only=clauses.append_only,
-                on_conflict=clauses.on_conflict, if_not_exists=bool(ast.args.get("exists")), watermark=watermark)
+                on_conflict=clauses.on_conflict, if_not_exists=bool(ast.args.get("exists")), watermark=watermark,
+                proctime=proctime, generated=generated)
 
 
 def create_table(at: Statement) -> CreateTable | None:
-    if _TABLE.match(at.text):
-        _no_proctime_column(at)
     return _table(at, at.text, CreateTable) if _TABLE.match(at.text) else None
 
 
@@ -118,12 +124,12 @@ def create_source(at: Statement) -> CreateTable | None:
 
 
 def _no_proctime_column(at: Statement) -> None:
-    """RisingWave's `col TIMESTAMPTZ AS PROCTIME()` column is not supported yet: say so, and what to
-    write (sqlglot would report a syntax error at AS)."""
+    """A source's rows are not stored, so it has no `col TIMESTAMPTZ AS PROCTIME()` column (a table's
+    is stored: `plan/proctime.py`); say what to write (sqlglot would report a syntax error at AS)."""
     if re.search(r"\bAS\s+PROCTIME\s*\(\s*\)", at.text, re.IGNORECASE):
-        raise at.error("a column AS PROCTIME() is not supported yet: join the table in a materialized view with "
-                       "FOR SYSTEM_TIME AS OF PROCTIME(), or insert the time as an ordinary timestamptz column",
-                       "PROCTIME")
+        raise at.error("a source has no column AS PROCTIME(): its rows are not stored; create a TABLE with the "
+                       "column instead, or join the source in a materialized view with FOR SYSTEM_TIME AS OF "
+                       "PROCTIME()", "PROCTIME")
 
 
 def create_mv(at: Statement) -> CreateMaterializedView | None:

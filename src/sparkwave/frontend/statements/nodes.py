@@ -151,6 +151,8 @@ class CreateTable(Statement):
     on_conflict: str | None  # overwrite | ignore | update_if_not_null (None: not written)
     if_not_exists: bool
     watermark: WatermarkClause | None = None  # WATERMARK FOR col AS expr (`watermark.py`)
+    proctime: tuple[str, ...] = ()  # its `col TIMESTAMPTZ AS PROCTIME()` columns (`plan/proctime.py`)
+    generated: tuple[tuple[str, str], ...] = ()  # its `col type AS expr` columns, (name, expr) (`plan/generated.py`)
     relation_kind: ClassVar[str] = "table"
     tag = "CREATE_TABLE"
     ddl = True

@@ -11,6 +11,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from sparkwave.core.errors import SqlError
+from sparkwave.frontend.constants import check_interval_literals
 from sparkwave.frontend.functions import check, check_nesting, too_deep
 from sparkwave.frontend.plan.closed_world import check_dropped
 from sparkwave.frontend.postgres import DIALECT
@@ -56,6 +57,7 @@ def parse_sql(at: Statement, text: str, *, planned: bool = False) -> exp.Expr:
     try:
         tokens = dialect.tokenize(text)
         check_nesting(tokens, at.error)
+        check_interval_literals(tokens, at.error)  # before sqlglot's parser drops a part of one
         asts = dialect.parser().parse(tokens, text)
     except RecursionError:
         raise at.error(too_deep()) from None

@@ -1,0 +1,584 @@
+"""The postgres-cdc connector, with RisingWave's options: a PostgreSQL table's rows, then its changes.
+
+    CREATE TABLE t (id int PRIMARY KEY, ...) WITH (connector = 'postgres-cdc', hostname = 'host' | '/socket/dir',
+        port = '5432', username = '...', password = '...', database.name = '...', schema.name = 'public',
+        table.name = '...' [, slot.name = '...', publication.name = '...', snapshot = 'true',
+        snapshot.batch_size = n, source_rate_limit = n, max.rows.per.epoch = n])
+
+At CREATE a publication of the table (created if absent) and a logical replication slot (`pgoutput`,
+created if absent) are made; the slot's position is where the stream starts. Two splits:
+- `lsn`: the stream's position. An epoch takes the upstream transactions whose commit record lies in
+  `[start, end)`, whole, read with `pg_logical_slot_peek_binary_changes` (which does not consume) and
+  decoded by `pgoutput.py`. The end is committed with the epoch; the slot is advanced to the committed
+  position (`pg_replication_slot_advance`) only at the next plan, after that commit, so a crash
+  anywhere replays from the slot, and transactions before the committed position are filtered out.
+- `backfill`: the CDC backfill's position, the next primary-key value to read (a single integer
+  key; other keys are read in one chunk). An epoch of the backfill reads one chunk, `WHERE k >= pos
+  ORDER BY k LIMIT n`, in a REPEATABLE READ transaction, then a WAL position X written after its
+  snapshot (a flushed logical message no publication decodes); the epoch's stream range ends at X.
+  Stream changes of keys at or past the backfill's position are left out (the chunk that reads them
+  later has them); those below it, the chunk's included, are applied after the chunk's rows in
+  commit order.
+
+Why that is exact: every change is a full row image of its key (an insert or update carries the new
+row, a delete removes the key), so the last change of a key in `[start, X)` is its row at X,
+whatever the chunk saw; a key without one keeps the chunk's row, which is its row at X because the
+chunk's snapshot sees every transaction committed before `start` (it was taken after the previous
+epoch's plan) and none committed at or after X (X was read after the snapshot). A TOASTed value an
+update left unchanged is not sent: it is taken from the old row (REPLICA IDENTITY FULL), else the
+change is set aside as a bad record naming the fix. After a crash a replayed backfill epoch reads
+its chunk's key range again at a newer snapshot: its keys may run ahead of the epoch's position
+until the stream passes the replay's, and nothing is lost or doubled (full images again).
+
+A changed upstream table (the Relation message differs from the declared columns) or a TRUNCATE
+stops the source at that transaction, saying so in SHOW JOBS and SHOW SOURCES. DROP TABLE drops the
+slot (and the publication, if the connector named it itself), so no slot holds WAL forever. A
+`hostname` that is a Unix-socket directory connects only where the server asks for the password
+(libpq's require_auth): a socket that trusts the peer would let a CREATE act as the owner's own
+operating-system user, which the PostgreSQL sink refuses for the same reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkwave.connectors.base import Connector
+from sparkwave.connectors.files import read_ddl
+from sparkwave.connectors.options import Options, boolean, choice, integer, max_rows_per_epoch, rate_limit, text
+from sparkwave.connectors.pgoutput import UNCHANGED, Change, Decoder, PgoutputError, RelationInfo, Txn
+from sparkwave.connectors.postgres_cdc_values import (
+    SESSION_SETTINGS,
+    UPSERT,
+    IntentRows,
+    RowParser,
+    arrow_columns,
+    csv_texts,
+    raw_text,
+    suggested,
+    takes,
+)
+from sparkwave.core.crash import crash_point
+from sparkwave.core.errors import SqlError
+from sparkwave.core.local_frames import local_batches
+from sparkwave.core.schema import Schema
+
+log = logging.getLogger("sparkwave.postgres_cdc")
+LSN, BACKFILL, BACKFILLED = "lsn", "backfill", "backfilled"
+# The backfill's progress (SHOW JOBS, the dashboard: `meta/cdc_progress.py`): rows read so far (a split each
+# chunk's epoch advances by its rows), and, set at CREATE, the upstream's estimated rows and when it began.
+ROWS_READ, ROWS_ESTIMATE, STARTED = "backfill_rows", "rows_estimate", "backfill_started"
+DONE = (1 << 63) - 1  # as a position: past every key (the backfill is done); never stored
+KEY_DELETE = 5  # core/chunk.py's intents (UPSERT: 4)
+IDLE_ADVANCE_BYTES = 1 << 20  # with no change of the table, the position moves once the WAL moved this far
+STATEMENT_TIMEOUT_MS = 120_000
+_NAME = re.compile(r"[a-z0-9_]{1,63}")
+
+OPTIONS = Options(
+    "postgres-cdc",
+    choice("connector", "postgres-cdc"),
+    text("hostname"),
+    integer("port", 1, 65535, 5432),
+    text("username"),
+    text("password", secret=True),
+    text("database.name"),
+    text("schema.name", "public"),
+    text("table.name"),
+    text("slot.name"),
+    text("publication.name"),
+    boolean("snapshot", True),
+    integer("snapshot.batch_size", 1, 10**7, 10_000),
+    rate_limit("source_rate_limit"),
+    max_rows_per_epoch(),
+)
+
+
+class CdcStopped(SqlError):
+    """The stream cannot go past a transaction (a schema change, a TRUNCATE): it names it and why."""
+
+
+def lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+@dataclass
+class Chunk:
+    rows: pa.Table  # text values (strings), in the declared columns' order
+    next: int  # the backfill's position after it
+    wal: int  # a WAL position written after its snapshot (`_mark`)
+    done: bool  # the last chunk
+
+
+class PostgresCdc(Connector):
+    has_bad_records = True
+    holds_rows = True  # a chunk is read at the plan (`_planned`)
+    OPTIONS = OPTIONS
+
+    def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
+        super().__init__(table, schema, options)
+        if schema.append_only:
+            raise SqlError(f"{self.where}: a postgres-cdc table needs the upstream table's PRIMARY KEY")
+        for opt in ("hostname", "username", "database.name", "table.name"):
+            if not self.value(opt):
+                raise SqlError(f"{self.where}: the postgres-cdc connector needs {opt} = '...'")
+        self.upstream = (self.value("schema.name"), self.value("table.name"))
+        self.slot = self.value("slot.name") or f"sparkwave_{table}"
+        self.own_publication = not self.value("publication.name")
+        self.publication = self.value("publication.name") or f"sparkwave_{table}"
+        for what, name in (("slot.name", self.slot), ("publication.name", self.publication)):
+            if not _NAME.fullmatch(name):
+                raise SqlError(f"{self.where}: {what} {name!r} must be 1 to 63 lower-case letters, digits or "
+                               "underscores (PostgreSQL's rule for slot names)")
+        self.columns = [(c.name, c.type) for c in schema.columns]
+        self.parser = RowParser(self.columns)
+        self.key = list(schema.key)
+        self.int_key = len(self.key) == 1 and schema.columns[schema.names.index(self.key[0])].type.name in (
+            "smallint", "int", "bigint")
+        self._conn: Any = None
+        self._types: dict[int, str] = {}
+        self._planned: dict[str, pa.RecordBatch] = {}
+        self._positions: list[tuple[str, int]] = []
+        self._retry_at = 0.0
+        self._failures = 0
+
+    @property
+    def address(self) -> str:
+        host = self.value("hostname")
+        return f"PostgreSQL {host}" + ("" if host.startswith("/") else f":{self.value('port')}")
+
+    @property
+    def qualified(self) -> str:
+        return ".".join(self.upstream)
+
+    # --- the connection ----------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            import psycopg
+            settings = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+            # Over a Unix socket the server may trust the peer's operating-system user: the connection
+            # must then prove the password, or a CREATE could act as the owner's own user (issue 43's rule
+            # for the PostgreSQL sink, which refuses sockets). libpq refuses a server that does not ask.
+            extra: dict[str, Any] = \
+                {"require_auth": "password,md5,scram-sha-256"} if self.value("hostname").startswith("/") else {}
+            self._conn = psycopg.connect(
+                host=self.value("hostname"), port=self.value("port"), user=self.value("username"),
+                password=self.value("password") or "", dbname=self.value("database.name"), autocommit=True,
+                connect_timeout=5, application_name="sparkwave-cdc",
+                options=f"{settings} -c statement_timeout={STATEMENT_TIMEOUT_MS}", **extra)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _one(self, query: Any, params: tuple = ()) -> Any:
+        row = self._connect().execute(query, params).fetchone()
+        return None if row is None else row[0]
+
+    def _ident(self) -> Any:
+        from psycopg import sql
+        return sql.Identifier(*self.upstream)
+
+    # --- CREATE and DROP ---------------------------------------------------------------------------
+    def initial_offsets(self) -> dict[str, int]:
+        """Checks the upstream table against the declared columns and key, makes the publication and
+        the slot (each if absent); the stream starts at the slot's position. Any error creates nothing."""
+        import psycopg
+        try:
+            return self._prepare()
+        except psycopg.Error as e:
+            raise SqlError(f"{self.where}: {self.address}: {str(e).strip()}") from None
+
+    def _prepare(self) -> dict[str, int]:
+        from psycopg import sql
+        level = self._one("SHOW wal_level")
+        if level != "logical":
+            raise SqlError(f"{self.where}: {self.address} has wal_level = {level}; CDC needs wal_level = logical "
+                           "(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)")
+        self._check_columns()
+        published = self._one("SELECT count(*) FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+                              "AND tablename = %s", (self.publication, *self.upstream))
+        if not published:
+            if self._one("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)):
+                raise SqlError(f"{self.where}: publication {self.publication!r} does not publish {self.qualified}; "
+                               f"ALTER PUBLICATION {self.publication} ADD TABLE {self.qualified}, or name another")
+            self._connect().execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(self.publication), self._ident()))
+        row = self._connect().execute(
+            "SELECT plugin, database, (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots "
+            "WHERE slot_name = %s", (self.slot,)).fetchone()
+        if row is None:
+            lsn = self._one("SELECT (lsn - '0/0')::bigint FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                            (self.slot,))
+        elif not self.value("slot.name"):
+            raise SqlError(f"{self.where}: replication slot {self.slot!r} already exists (another table's?); name "
+                           "the slot to read with slot.name = '...' (an existing one is read from its position)")
+        elif row[0] != "pgoutput" or row[1] != self.value("database.name"):
+            raise SqlError(f"{self.where}: replication slot {self.slot!r} exists for plugin {row[0]!r} in database "
+                           f"{row[1]!r}; name another slot.name (this one needs pgoutput in "
+                           f"{self.value('database.name')!r})")
+        else:
+            lsn = row[2]
+        if not self.value("snapshot"):
+            return {LSN: int(lsn), BACKFILLED: 1}
+        return {LSN: int(lsn), BACKFILL: self._first_key(), ROWS_READ: 0, ROWS_ESTIMATE: self._estimate(),
+                STARTED: int(time.time())}
+
+    def _estimate(self) -> int:
+        """The upstream's rows as the planner estimates them (`reltuples`); counted where the table
+        was never analyzed (-1), which only a new, so far small, table is."""
+        from psycopg import sql
+        guess = self._one("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+                          (self._ident().as_string(self._connect()),))
+        if guess is not None and int(guess) >= 0:
+            return int(guess)
+        return int(self._one(sql.SQL("SELECT count(*) FROM {}").format(self._ident())))
+
+    def _first_key(self) -> int:
+        """The backfill's first position: the least key, read after the slot was made (which waited
+        for the transactions running then), so a key inserted below it later comes by the stream."""
+        if not self.int_key:
+            return 0
+        from psycopg import sql
+        low = self._one(sql.SQL("SELECT min({}) FROM {}").format(sql.Identifier(self.key[0]), self._ident()))
+        return 0 if low is None else int(low)
+
+    def _check_columns(self) -> None:
+        rows = self._connect().execute(
+            "SELECT a.attname, t.typname, coalesce(a.attnum = ANY(i.indkey), false) FROM pg_attribute a "
+            "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
+            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            (self._ident().as_string(self._connect()),)).fetchall()
+        if not rows:
+            raise SqlError(f"{self.where}: {self.address} has no table {self.qualified} in database "
+                           f"{self.value('database.name')!r}")
+        problems = self._column_problems([(n, t) for n, t, _ in rows])
+        if problems:
+            raise SqlError(f"{self.where}: the columns do not match upstream table {self.qualified}: "
+                           + "; ".join(problems))
+        upstream_key = sorted(n for n, _, k in rows if k)
+        if upstream_key != sorted(self.key):
+            raise SqlError(f"{self.where}: PRIMARY KEY ({', '.join(self.key)}) is not upstream table "
+                           f"{self.qualified}'s ({', '.join(upstream_key) or 'none'}); declare the same key")
+
+    def _column_problems(self, upstream: list[tuple[str, str]]) -> list[str]:
+        """What differs between the upstream columns (name, typname) and the declared ones."""
+        declared = dict(self.columns)
+        problems = []
+        for name, typ in upstream:
+            if name not in declared:
+                problems.append(f"column {name!r} ({typ}) is not declared (add {name} {suggested(typ)})")
+            elif not takes(declared[name], typ):
+                problems.append(f"column {name!r} is {typ} upstream, declared {declared[name]} "
+                                f"(declare {suggested(typ)})")
+        names = {n for n, _ in upstream}
+        problems += [f"column {n!r} is not upstream" for n in declared if n not in names]
+        return problems
+
+    def release(self) -> None:
+        """DROP TABLE: the slot goes (it would hold WAL forever), and the publication if named by us."""
+        from psycopg import sql
+        conn = self._connect()
+        for attempt in range(50):  # a slot is briefly active while a peek that just ended lets go of it
+            try:
+                if self._one("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)):
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+                break
+            except Exception:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
+        if self.own_publication:
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication)))
+        self.close()
+
+    # --- the stream --------------------------------------------------------------------------------
+    def _advance(self, lsn: int) -> None:
+        """Moves the slot to the committed position (never back: advancing to an earlier one is a no-op)."""
+        at = self._one("SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = %s",
+                       (self.slot,))
+        if at is None:
+            raise CdcStopped(f"{self.where}: replication slot {self.slot!r} no longer exists on {self.address} "
+                             "(dropped outside sparkwave): the changes since cannot be read; DROP and CREATE the "
+                             "table again")
+        if int(at) < lsn:
+            crash_point("cdc_before_slot_advance")
+            self._connect().execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn_text(lsn)))
+
+    def _wal_position(self) -> int:
+        """The WAL flush position: decoding reads only flushed WAL, and a stream range needs no more
+        than a well-defined end (a transaction committed after it goes to the next epoch)."""
+        return int(self._one("SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint"))
+
+    def _mark(self) -> int:
+        """A position past every transaction committed (visible) so far, flushed: the end of a WAL
+        record written now (a logical message no publication decodes, flushed by the call). The WAL
+        insert position would do, but waiting for its flush may never end while the server is idle
+        (at a page boundary it lies past the last record)."""
+        return int(self._one("SELECT (pg_logical_emit_message(false, 'sparkwave', '', true) - '0/0')::bigint"))
+
+    def _changes(self, start: int, upto: int, limit: int | None) -> tuple[list[Txn], bool, CdcStopped | None]:
+        """The table's transactions committed in `[start, upto)`, whole, at most `limit` changes (at
+        least one transaction); whether they are all of them; and why the stream stops after them."""
+        # The peek counts messages (Begin, Relation, Commit too: three for a transaction of one change)
+        # and stops after the transaction that passes the count.
+        nchanges = None if limit is None else 3 * limit + 8
+        rows = self._connect().execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
+            "'publication_names', %s)", (self.slot, lsn_text(upto), nchanges, self.publication)).fetchall()
+        decoder, out, total = Decoder(), list[Txn](), 0
+        complete = nchanges is None or len(rows) < nchanges
+        for (data,) in rows:
+            try:
+                txn = decoder.feed(bytes(data))
+            except PgoutputError as e:
+                raise SqlError(f"{self.where}: a pgoutput message cannot be read: {e}") from None
+            if txn is None or not start <= txn.commit_lsn < upto:
+                continue
+            if (stop := self._stops(txn)) is not None:
+                return out, False, stop
+            if limit is not None and out and total + len(txn.changes) > limit:
+                return out, False, None
+            out.append(txn)
+            total += len(txn.changes)
+        return out, complete, None
+
+    def _ours(self, info: RelationInfo) -> bool:
+        return (info.namespace, info.name) == self.upstream
+
+    def _stops(self, txn: Txn) -> CdcStopped | None:
+        """Why the stream cannot take `txn`: the table truncated, or its columns changed."""
+        at = f"the transaction committed at LSN {lsn_text(txn.commit_lsn)} (xid {txn.xid})"
+        if any(info is None or self._ours(info) for info in txn.truncated):
+            return CdcStopped(f"{self.where}: {at} truncated upstream table {self.qualified}, which a CDC table "
+                              "cannot apply; the source stops here: DROP the table and CREATE it again")
+        for info in txn.described:
+            if self._ours(info):
+                problems = self._column_problems([(n, self._type_name(oid)) for n, oid, _, _ in info.columns])
+                if problems:
+                    return CdcStopped(f"{self.where}: upstream table {self.qualified} changed at {at}: "
+                                      + "; ".join(problems) + ". The source stops before it: DROP the table and "
+                                      "CREATE it again with the new columns")
+        return None
+
+    def _type_name(self, oid: int) -> str:
+        if oid not in self._types:
+            self._types[oid] = str(self._one("SELECT typname FROM pg_type WHERE oid = %s", (oid,)) or oid)
+        return self._types[oid]
+
+    # --- the backfill ------------------------------------------------------------------------------
+    def _select(self, where: Any, params: tuple, limit: int | None) -> Any:
+        from psycopg import sql
+        # Output names of their own: ORDER BY a bare name would sort by the text output column.
+        cols = sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(sql.Identifier(n), sql.Identifier(f"_c{i}"))
+                                  for i, (n, _) in enumerate(self.columns))
+        query = sql.SQL("SELECT {} FROM {}").format(cols, self._ident()) + where
+        if self.int_key:
+            query += sql.SQL(" ORDER BY {}").format(sql.Identifier(self.key[0]))
+        if limit is not None:
+            query += sql.SQL(" LIMIT {}").format(sql.Literal(limit))
+        return query, params
+
+    def _read_chunk(self, pos: int, end: int | None, limit: int | None) -> Chunk:
+        """The rows of keys in `[pos, end)` (`end` None: from `pos`, at most `limit`), in one
+        REPEATABLE READ transaction, and the WAL position after its snapshot."""
+        from psycopg import sql
+        conn = self._connect()
+        where: Any = sql.SQL("")
+        if self.int_key:  # literals: COPY takes no parameters
+            k = sql.Identifier(self.key[0])
+            if end is None:
+                where = sql.SQL(" WHERE {} >= {}").format(k, sql.Literal(pos))
+            else:
+                where = sql.SQL(" WHERE {} >= {} AND {} < {}").format(k, sql.Literal(pos), k, sql.Literal(end))
+        else:
+            limit = None  # one chunk: the whole table
+        query, _ = self._select(where, (), limit)
+        data = bytearray()
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            conn.execute("SELECT pg_current_snapshot()")  # the snapshot is taken here, by the first statement
+            # COPY's CSV into Arrow: ~10x a fetch of Python rows (the chunk read's cost was the driver's)
+            with conn.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)) as copy:
+                for block in copy:
+                    data += block
+        finally:
+            conn.execute("COMMIT")
+        rows = csv_texts(bytes(data), len(self.columns))
+        wal = self._mark()  # after the snapshot
+        done = not self.int_key or limit is None or rows.num_rows < limit
+        if end is None:
+            end = pos + 1 if not self.int_key else \
+                min(DONE, int(rows.column(self._key_slot())[-1].as_py()) + 1) if rows.num_rows else pos
+        return Chunk(rows, end, wal, done)
+
+    def _key_slot(self) -> int:
+        return [n for n, _ in self.columns].index(self.key[0])
+
+    # --- planning and reading ----------------------------------------------------------------------
+    def plan(self, committed: dict[str, int], elapsed_ms: float) -> dict[str, list[int]]:
+        if self.paused() or time.time() < self._retry_at:
+            return {}
+        import psycopg
+        try:
+            ranges = self._plan(committed, self.budget(elapsed_ms))
+        except Exception as e:  # whatever the upstream does, this source waits and says why; the pipeline goes on
+            if not isinstance(e, (SqlError, psycopg.Error, OSError)):
+                log.exception("%s: planning failed", self.where)
+            if isinstance(e, psycopg.Error):
+                self.close()
+            self._failures += 1
+            self._retry_at = time.time() + min(30.0, 0.5 * 2.0 ** self._failures)
+            reason = str(e) if isinstance(e, SqlError) else f"{self.where}: {self.address}: {str(e).strip()}"
+            if self.status != reason:
+                log.warning("%s", reason)
+            self.status = reason
+            return {}
+        self._failures = 0
+        return ranges
+
+    def _plan(self, committed: dict[str, int], budget: int) -> dict[str, list[int]]:
+        start, pos, done = committed.get(LSN, 0), committed.get(BACKFILL, 0), BACKFILLED in committed
+        self._advance(start)
+        target = self._wal_position()
+        txns, complete, stop = self._changes(start, target, budget)
+        chunk = None
+        room = budget - sum(len(t.changes) for t in txns)
+        if complete and not done and room > 0:
+            chunk = self._read_chunk(pos, None, min(room, self.int_option("snapshot.batch_size")))
+            crash_point("cdc_after_chunk_read")
+            target = chunk.wal
+            txns, complete, stop = self._changes(start, target, None)
+            if stop is not None:  # the chunk saw past where the stream stops: it is not taken
+                chunk = None
+        end = target if complete else (txns[-1].end_lsn if txns else start)
+        self.status = None if stop is None else str(stop)
+        ranges: dict[str, list[int]] = {}
+        if end > start and (txns or chunk is not None or end - start >= IDLE_ADVANCE_BYTES):
+            ranges[LSN] = [start, end]
+        if chunk is not None:
+            ranges[BACKFILL] = [pos, chunk.next]
+            read = committed.get(ROWS_READ, 0)
+            ranges[ROWS_READ] = [read, read + chunk.rows.num_rows]
+            if chunk.done:
+                ranges[BACKFILLED] = [0, 1]
+        elif ranges and not done:  # a replay's read needs the position, which the epoch keeps
+            ranges[BACKFILL] = [pos, pos]
+        if ranges:
+            self._planned = {_key(ranges): self._batch(chunk.rows if chunk else None, txns, _position(ranges))}
+        return ranges
+
+    def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
+        return local_batches(spark, [self.read_arrow(ranges)], read_ddl(self.schema))
+
+    def absent_keys(self, ranges: dict[str, list[int]]) -> tuple[int, int] | None:
+        """A chunk's key range: the table holds none of its keys yet, since the stream's changes of
+        keys at or past the backfill's position were left out (`_below`)."""
+        lo, hi = ranges.get(BACKFILL, [0, 0])
+        return (lo, hi) if self.int_key and hi > lo else None
+
+    def read_arrow(self, ranges: dict[str, list[int]]) -> pa.RecordBatch:
+        batch = self._planned.pop(_key(ranges), None)
+        if batch is None:  # a replay after a crash: the same stream range, the chunk's key range again
+            start, end = ranges.get(LSN, [0, 0])
+            txns: list[Txn] = []
+            if end > start:
+                self._advance(start)
+                txns, _, stop = self._changes(start, end, None)
+                if stop is not None:
+                    raise stop
+            rows = None
+            if BACKFILL in ranges and ranges[BACKFILL][1] > ranges[BACKFILL][0]:
+                lo, hi = ranges[BACKFILL]
+                rows = self._read_chunk(lo, hi, None).rows
+            batch = self._batch(rows, txns, _position(ranges))
+        return batch
+
+    def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+        """The split and offset of each row of the last read: `backfill` and the row's key for a
+        chunk's rows (its key for an integer key, else 0), `lsn` and its transaction's commit LSN."""
+        at = [self._positions[i] if 0 <= i < len(self._positions) else (LSN, 0) for i in seq.to_pylist()]
+        return pa.array([s for s, _ in at], pa.string()), pa.array([o for _, o in at], pa.int64())
+
+    # --- rows --------------------------------------------------------------------------------------
+    def _batch(self, chunk: pa.Table | None, txns: list[Txn], pos: int) -> pa.RecordBatch:
+        """The epoch's intents: the chunk's rows as upserts, then each change of a key below the
+        backfill's position `pos`, in commit order."""
+        out = IntentRows(len(self.columns))
+        names = [n for n, _ in self.columns]
+        bulk = arrow_columns(self.columns, chunk.columns) if chunk is not None and chunk.num_rows else None
+        if bulk is not None:
+            out.positions = [(BACKFILL, 0)] * len(bulk[0])  # no bad row among them
+        key_slot = self._key_slot() if self.int_key else -1
+        slow = zip(*[c.to_pylist() for c in chunk.columns], strict=True) if chunk is not None and bulk is None else []
+        for texts in slow:
+            at = int(texts[key_slot]) if key_slot >= 0 and texts[key_slot] is not None else 0
+            self._add(out, UPSERT, dict(zip(names, texts, strict=True)), (BACKFILL, at))
+        for txn in txns:
+            for change in txn.changes:
+                info = change.relation
+                if info is not None and self._ours(info):
+                    self._change(out, change, [c[0] for c in info.columns], pos, txn)
+        self._positions = out.positions
+        return out.batch(self.schema, bulk)
+
+    def _change(self, out: IntentRows, change: Change, names: list[str], pos: int, txn: Txn) -> None:
+        where = (LSN, txn.commit_lsn)
+        old = dict(zip(names, change.old, strict=True)) if change.old is not None else None
+        new = dict(zip(names, change.new, strict=True)) if change.new is not None else None
+        if new is not None:
+            missing = [n for n, v in new.items() if v is UNCHANGED]
+            for n in missing:
+                if old is None or old.get(n) is UNCHANGED:
+                    error = (f"{self.where}: the update committed at LSN {lsn_text(txn.commit_lsn)} left column "
+                             f"{n!r} (a TOASTed value) unchanged, which pgoutput does not send; ALTER TABLE "
+                             f"{self.qualified} REPLICA IDENTITY FULL makes it sent")
+                    out.bad(error, raw_text({k: v for k, v in new.items() if v is not UNCHANGED}), where)
+                    return
+                new[n] = old[n]
+        if old is not None and any(old[k] is None for k in self.key):
+            out.bad(f"{self.where}: the change committed at LSN {lsn_text(txn.commit_lsn)} carries no primary key of "
+                    f"the old row (its REPLICA IDENTITY is another index); ALTER TABLE {self.qualified} REPLICA "
+                    "IDENTITY DEFAULT (or FULL)", raw_text({k: v for k, v in old.items() if v is not UNCHANGED}), where)
+            return
+        if old is not None and (new is None or any(old[k] != new[k] for k in self.key)):
+            if self._below(old, pos):  # a delete, or an update that changed the key: the old key goes
+                self._add(out, KEY_DELETE, {n: (old[n] if n in self.key else None) for n in names}, where)
+        if new is not None and self._below(new, pos):
+            self._add(out, UPSERT, new, where)
+
+    def _below(self, row: dict[str, Any], pos: int) -> bool:
+        """Whether the row's key is one the backfill has passed (its changes apply)."""
+        if pos == DONE:
+            return True
+        if not self.int_key or row[self.key[0]] is None:
+            return False
+        try:
+            return int(str(row[self.key[0]])) < pos
+        except ValueError:
+            return True  # set aside by the parse, which names the value
+
+    def _add(self, out: IntentRows, op: int, texts: dict[str, Any], where: tuple[str, int]) -> None:
+        ordered = [texts.get(n) for n, _ in self.columns]
+        try:
+            out.add(op, self.parser.parse(ordered), where)
+        except ValueError as e:
+            out.bad(f"{self.where}: {'the backfill' if where[0] == BACKFILL else f'LSN {lsn_text(where[1])}'}: {e}",
+                    raw_text(texts), where)
+
+
+def _position(ranges: dict[str, list[int]]) -> int:
+    """The backfill's position once the epoch of `ranges` is done (`DONE`: every key's changes apply):
+    while the backfill runs, every epoch's ranges name it."""
+    return ranges[BACKFILL][1] if BACKFILL in ranges and BACKFILLED not in ranges else DONE
+
+
+def _key(ranges: dict[str, list[int]]) -> str:
+    return json.dumps(ranges, sort_keys=True)
