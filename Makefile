@@ -34,8 +34,8 @@ unit: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/unit
 
 chaos: java $(VENV)/.installed
-	$(BIN)/python -m pytest -m "" tests/crash/test_crash.py tests/crash/test_backfill_crash.py tests/crash/test_dataflow_crash.py \
-		tests/integration/test_kafka.py tests/integration/test_kafka_source.py tests/integration/test_sinks.py tests/crash/test_chaos.py
+	$(BIN)/python -m pytest -m "" tests/crash \
+		tests/integration/test_kafka.py tests/integration/test_kafka_source.py tests/integration/test_sinks.py
 
 # The oracle, backfill, Kafka and Nexmark tests on two executor JVMs with Python workers of their own
 # (`make test` runs a smaller scenario of its own, tests/integration/test_cluster.py, on the same kind of cluster).

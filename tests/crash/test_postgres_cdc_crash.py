@@ -18,7 +18,8 @@ from tests.kafka_util import check_epoch
 from tests.oracle import multiset, rows_of
 from tests.pgcdc_util import DUCK_DDL, MVS, Upstream
 
-POINTS = ["cdc_after_chunk_read:2", "mid_execute:4", "cdc_before_slot_advance:3", "after_catalog_commit:3"]
+POINTS = ["cdc_after_chunk_read:2", "cdc_before_slot_advance:3", pytest.param("mid_execute:4", marks=pytest.mark.chaos),
+          pytest.param("after_catalog_commit:3", marks=pytest.mark.chaos)]  # `make chaos` runs these
 
 
 def _slot_lsn(up: Upstream, slot: str) -> int:

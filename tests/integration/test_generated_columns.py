@@ -117,6 +117,35 @@ def test_a_value_that_does_not_fit_an_integer_column_is_null_not_wrapped(session
         (-40, None, -2, -1), (3, 3000, 5, 2), (7, 7000, None, None), (100, None, None, 10_000_000_000)]
 
 
+def test_a_value_too_big_is_null_and_does_not_stop_the_pipeline(session) -> None:
+    """`repeat()`'s size guard fails its row elsewhere; in a table's step that would fail every epoch
+    (every table's: the pipeline stops), so a generated value too big is NULL."""
+    s = session
+    s.sql("CREATE TABLE big (k int PRIMARY KEY, a int, s varchar AS repeat('x', a), n int AS length(lpad('y', a)))")
+    s.sql("CREATE TABLE other (k int PRIMARY KEY)")
+    s.sql("INSERT INTO big (k, a) VALUES (1, 3), (2, 2000000000)")
+    s.sql("INSERT INTO other VALUES (1)")
+    s.sql("FLUSH")
+    assert sorted(rows_of(s.sql("SELECT * FROM big"))) == [(1, 3, "xxx", 3), (2, 2_000_000_000, None, None)]
+    assert rows_of(s.sql("SELECT * FROM other")) == [(1,)]
+
+
+def test_a_generated_value_that_fails_for_a_row_fails_its_statement_not_the_pipeline(session) -> None:
+    """An invalid pattern (`'abc' ~ '('`) fails the INSERT or UPDATE that writes it, as in PostgreSQL,
+    naming the column; staged, it would fail the table's step at every epoch. Other rows go on."""
+    s = session
+    s.sql("CREATE TABLE pat (k int PRIMARY KEY, p varchar, m boolean AS 'abc' ~ p)")
+    s.sql("INSERT INTO pat (k, p) VALUES (1, 'b')")
+    s.sql("FLUSH")  # an UPDATE reads the committed rows
+    with pytest.raises(SparkwaveError, match="generated column 'm'.*fails for a row.*nothing was written"):
+        s.sql("INSERT INTO pat (k, p) VALUES (2, '(')")
+    with pytest.raises(SparkwaveError, match="generated column 'm'"):
+        s.sql("UPDATE pat SET p = '[' WHERE k = 1")
+    s.sql("INSERT INTO pat (k) VALUES (3)")  # a column left out is NULL, and so is the value
+    s.sql("FLUSH")
+    assert sorted(rows_of(s.sql("SELECT * FROM pat")), key=str) == sorted([(1, "b", True), (3, None, None)], key=str)
+
+
 def test_a_tombstone_deletes_the_generated_key_it_names(session, kafka) -> None:
     """A FORMAT UPSERT delete carries only the key: the key it names is deleted, not one computed
     from the tombstone's absent columns (which would be NULL, and leave the row)."""

@@ -178,7 +178,18 @@ def _flush_until(session, done, what: str, seconds: float = 60.0) -> None:
         session.flush()
 
 
-def test_the_stream_keeps_transactions_whole_under_the_rate_limit_and_survives_a_server_restart(session, postgres):
+@pytest.fixture
+def own_postgres(tmp_path):
+    """A server of this test's own: it is restarted, which the tests sharing `postgres` must not see."""
+    from sparkwave.devtools.postgres_server import PostgresServer
+
+    with PostgresServer(tmp_path / "pg" / "data") as server:
+        yield server
+
+
+def test_the_stream_keeps_transactions_whole_under_the_rate_limit_and_survives_a_server_restart(session,
+                                                                                               own_postgres):
+    postgres = own_postgres
     db = _db(postgres, "cdc_restart")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
     conn.execute("CREATE TABLE r (id int PRIMARY KEY, x int)")

@@ -237,3 +237,20 @@ def test_queries_and_dml_refuse_set_returning_calls(session, sql):
     with pytest.raises(SqlError, match="set-returning functions"):
         session.sql(sql)
 
+
+
+def test_a_timestamp_series_past_the_bound_fails_its_view_not_the_jvm(session) -> None:
+    """86.4 million elements from one row (a day by milliseconds) would fill the JVM's memory: the
+    row's error names the bound, as an integer series', and the table's rows stay committed."""
+    from sparkwave.frontend import overview
+
+    s = session
+    s.sql("CREATE TABLE tsb (k int PRIMARY KEY, ts timestamp)")
+    s.sql("CREATE MATERIALIZED VIEW tsb_series AS SELECT k, generate_series(ts, ts + INTERVAL '1 day', "
+          "INTERVAL '1 millisecond') AS g FROM tsb")
+    s.sql("INSERT INTO tsb VALUES (1, TIMESTAMP '2024-01-01 00:00:00')")
+    s.flush()  # returns once the view is taken out, after its failed attempts
+    failures = overview.epochs(s).failures
+    assert failures and "would make more than 10000000 rows from one row" in failures[-1].error
+    assert {n.name: n.status for n in overview.graph(s)}["tsb_series"] == "failed"
+    assert s.table("tsb").count() == 1

@@ -43,6 +43,7 @@ QUERIES = [
     "SELECT generate_series(1, 3) * 2",
     "SELECT abs(generate_series(-1, 1)), unnest(ARRAY[1, 2]) + unnest(ARRAY[10, 20, 30]), (generate_series(1, 2))",
     "SELECT * FROM unnest(ARRAY[1, 2]) WITH ORDINALITY",
+    "SELECT generate_series(1, 2)::text, upper(unnest(ARRAY['a', 'b']))",
     "SELECT * FROM unnest(ARRAY['a', 'b']) WITH ORDINALITY AS u",
 ]
 

@@ -1,9 +1,10 @@
-"""Review (review-b) of the postgres-cdc connector: scenarios that give a wrong table or reach past a
-guard today, each marked xfail(strict=True) with the finding, for the lead (the connector is being
-edited by another engineer; the fixes belong there). When a fix lands, its test XPASSes and fails:
-then drop the mark."""
+"""Review (review-b) of the postgres-cdc connector: the scenarios its findings named (a guard reached
+past, a table silently parting from upstream, a source stopped for good), fixed by pgcdc3 and
+asserted here, and two reconciliation cases the first tests did not cover."""
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 import psycopg
 import pytest
@@ -19,10 +20,9 @@ def _db(postgres, name: str) -> str:
     return name
 
 
-@pytest.mark.xfail(strict=True, reason="review-b: postgres_cdc.py _connect sets require_auth only when hostname "
-                   "starts with '/'; libpq takes a comma-separated host list, so 'unreachable,/socket/dir' reaches "
-                   "the trusting Unix socket without the password (the PostgreSQL sink checks every host)")
 def test_a_host_list_ending_in_a_socket_still_needs_the_password(session, postgres):
+    """review-b finding 1: libpq falls back from an unreachable host to the next one, here a socket
+    that trusts the peer; the password is required of every host of the list, so a wrong one fails."""
     db = _db(postgres, "review_cdc_hosts")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
     conn.execute("CREATE TABLE h (id int PRIMARY KEY, x int)")
@@ -30,69 +30,64 @@ def test_a_host_list_ending_in_a_socket_still_needs_the_password(session, postgr
     opts = options(postgres, db, "h").replace(f"hostname = '{postgres.host}'",
                                               f"hostname = 'nonexistent.invalid,{socket_dir}'")
     opts = opts.replace(f"password = '{postgres.password}'", "password = 'not-the-password'")
-    try:
+    with pytest.raises(SqlError, match="h"):
         session.sql(f"CREATE TABLE h (id int PRIMARY KEY, x int) WITH ({opts})")
-    except SqlError:
-        return  # refused (as a socket alone is): the guard holds
-    session.sql("DROP TABLE h")
-    pytest.fail("CREATE connected over the trusting socket with a wrong password")
+    assert not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'sparkwave_h'").fetchone()
 
 
-@pytest.mark.xfail(strict=True, reason="review-b: two CDC tables may name the same slot.name; each advances it "
-                   "to its own committed LSN (_advance at plan), so the one behind (rate limited) then peeks from "
-                   "the other's position and silently skips the transactions in between")
-def test_two_tables_naming_one_slot_lose_no_change(session, postgres):
+def _exists(conn, what: str, name: str) -> bool:
+    query = {"slot": "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+             "publication": "SELECT 1 FROM pg_publication WHERE pubname = %s"}[what]
+    return conn.execute(query, (name,)).fetchone() is not None
+
+
+def test_a_slot_another_table_reads_is_refused_and_drop_keeps_what_create_did_not_make(session, postgres):
+    """review-b finding 2: two tables reading one slot would each advance it past the other's changes,
+    so the second CREATE is refused, naming the first; DROP drops the slot and publication its CREATE
+    made, never a slot or publication the user named that existed before."""
     db = _db(postgres, "review_cdc_shared")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
     conn.execute("CREATE TABLE ua (id int PRIMARY KEY)")
     conn.execute("CREATE TABLE ub (id int PRIMARY KEY)")
-    made = []
+    conn.execute("SELECT pg_create_logical_replication_slot('review_users', 'pgoutput')")
+    conn.execute("CREATE PUBLICATION review_users_pub FOR TABLE ub")
+    session.sql(f"CREATE TABLE a (id int PRIMARY KEY) WITH "
+                f"({options(postgres, db, 'ua', **{'slot.name': 'review_shared', 'snapshot': 'false'})})")
     try:
-        for name, extra in (("a", {"max.rows.per.epoch": "1"}), ("b", {})):
-            opts = options(postgres, db, f"u{name}", **{"slot.name": "review_shared", "snapshot": "false", **extra})
-            try:
-                session.sql(f"CREATE TABLE {name} (id int PRIMARY KEY) WITH ({opts})")
-            except SqlError:
-                return  # refused: a slot read by another table is not shared
-            made.append(name)
-        session.flush()
-        for i in range(1, 4):  # three transactions of `ua`: `a` takes one an epoch
-            conn.execute("INSERT INTO ua VALUES (%s)", (i,))
+        with pytest.raises(SqlError, match="replication slot 'review_shared'.* is read by table 'a'"):
+            session.sql(f"CREATE TABLE b (id int PRIMARY KEY) WITH "
+                        f"({options(postgres, db, 'ub', **{'slot.name': 'review_shared', 'snapshot': 'false'})})")
+        named = {"slot.name": "review_users", "publication.name": "review_users_pub"}
+        session.sql(f"CREATE TABLE c (id int PRIMARY KEY) WITH ({options(postgres, db, 'ub', **named)})")
         conn.execute("INSERT INTO ub VALUES (1)")
-        for _ in range(6):
-            session.flush()
-        assert multiset(rows_of(session.table("b"))) == multiset([(1,)])
-        assert multiset(rows_of(session.table("a"))) == multiset([(1,), (2,), (3,)])
+        session.flush()
+        session.flush()
+        assert multiset(rows_of(session.table("c"))) == multiset([(1,)])
+        session.sql("DROP TABLE c")
+        assert _exists(conn, "slot", "review_users") and _exists(conn, "publication", "review_users_pub")
     finally:
-        for name in made:
-            session.sql(f"DROP TABLE {name}")
+        session.sql("DROP TABLE a")
+    assert not _exists(conn, "slot", "review_shared") and not _exists(conn, "publication", "sparkwave_a")
+    conn.execute("SELECT pg_drop_replication_slot('review_users')")
 
 
-@pytest.mark.xfail(strict=True, reason="review-b: _prepare accepts a user's publication.name that publishes the "
-                   "table but not its updates/deletes (publish = 'insert'; also a row filter); the backfill reads "
-                   "every row, the stream never sends the updates: the table silently differs from upstream")
-def test_a_publication_without_updates_is_refused_or_the_table_follows_upstream(session, postgres):
-    db = _db(postgres, "review_cdc_publish")
+@pytest.mark.parametrize("publication, why", [
+    ("FOR TABLE ui WITH (publish = 'insert')", "does not publish update, delete, truncate"),
+    ("FOR TABLE ui WHERE (id > 1)", "row filter"),
+    ("FOR TABLE ui (id)", "column list"),
+    ("FOR TABLE ui WITH (publish_generated_columns = stored)", "publishes generated columns"),  # PostgreSQL 18
+])
+def test_a_publication_that_does_not_send_every_change_of_the_table_is_refused(session, postgres, publication, why):
+    """review-b finding 3: the backfill reads every row, so a publication that leaves out updates,
+    deletes, truncates, rows or columns would let the table silently part from upstream."""
+    db = _db(postgres, f"review_cdc_publish_{why.split()[-1]}_{len(why)}")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
     conn.execute("CREATE TABLE ui (id int PRIMARY KEY, x int)")
-    conn.execute("INSERT INTO ui SELECT i, i FROM generate_series(1, 3) i")
-    conn.execute("CREATE PUBLICATION review_inserts FOR TABLE ui WITH (publish = 'insert')")
-    try:
+    conn.execute(f"CREATE PUBLICATION review_pub {publication}")
+    with pytest.raises(SqlError, match=f"publication 'review_pub' cannot feed .*{why}"):
         session.sql(f"CREATE TABLE ui (id int PRIMARY KEY, x int) WITH "
-                    f"({options(postgres, db, 'ui', **{'publication.name': 'review_inserts'})})")
-    except SqlError as e:
-        assert "publish" in str(e), e
-        return
-    try:
-        for _ in range(3):
-            session.flush()
-        conn.execute("UPDATE ui SET x = x + 10")
-        conn.execute("DELETE FROM ui WHERE id = 1")
-        for _ in range(3):
-            session.flush()
-        assert multiset(rows_of(session.table("ui"))) == multiset(conn.execute("SELECT id, x FROM ui").fetchall())
-    finally:
-        session.sql("DROP TABLE ui")
+                    f"({options(postgres, db, 'ui', **{'publication.name': 'review_pub'})})")
+    assert not _exists(conn, "slot", "sparkwave_ui") and _exists(conn, "publication", "review_pub")
 
 
 def test_keys_moving_down_past_the_backfill_position_reconcile_at_every_epoch(session, postgres):
@@ -191,43 +186,78 @@ def test_the_backfill_reconciles_with_transactions_committing_while_epochs_are_p
         session.sql("DROP TABLE t")
 
 
-@pytest.mark.xfail(strict=True, reason="review-b: _check_columns requires every pg_attribute column declared, "
-                   "generated ones included, but pgoutput does not send generated columns (PostgreSQL 18: unless "
-                   "the publication sets publish_generated_columns); the first streamed change's Relation message "
-                   "then lacks the column and _stops stops the source for good")
-def test_a_generated_column_upstream_is_refused_or_followed(session, postgres):
+def test_a_generated_column_upstream_is_left_out_or_computed_here(session, postgres):
+    """review-b finding 4: pgoutput does not send a generated column, so declaring it as a plain
+    column is refused (saying what to do); left out, or declared as a generated column here, the
+    backfill and the stream agree with upstream."""
     db = _db(postgres, "review_cdc_generated")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
     conn.execute("CREATE TABLE g (id int PRIMARY KEY, x int, y int GENERATED ALWAYS AS (x * 2) STORED)")
-    conn.execute("INSERT INTO g (id, x) VALUES (1, 1)")
-    try:
+    conn.execute("INSERT INTO g (id, x) VALUES (1, 1), (3, 3)")
+    with pytest.raises(SqlError, match="column 'y' is a generated column upstream.*leave it out.*y int AS"):
         session.sql(f"CREATE TABLE g (id int PRIMARY KEY, x int, y int) WITH ({options(postgres, db, 'g')})")
-    except SqlError:
-        return  # refused at CREATE, naming what to do: fine
+    session.sql(f"CREATE TABLE g1 (id int PRIMARY KEY, x int) WITH ({options(postgres, db, 'g')})")
+    session.sql(f"CREATE TABLE g2 (id int PRIMARY KEY, x int, y int AS x * 2) WITH ({options(postgres, db, 'g')})")
     try:
         session.flush()
         conn.execute("INSERT INTO g (id, x) VALUES (2, 5)")
+        conn.execute("UPDATE g SET x = 7 WHERE id = 1")
+        conn.execute("DELETE FROM g WHERE id = 3")
         for _ in range(2):
             session.flush()
-        assert session.rt.source_status("g") is None, session.rt.source_status("g")
-        assert multiset(rows_of(session.table("g"))) == multiset(conn.execute("SELECT id, x, y FROM g").fetchall())
+        for t in ("g1", "g2"):
+            assert session.rt.source_status(t) is None, session.rt.source_status(t)
+        assert multiset(rows_of(session.table("g1"))) == multiset(conn.execute("SELECT id, x FROM g").fetchall())
+        assert multiset(rows_of(session.table("g2"))) == multiset(conn.execute("SELECT id, x, y FROM g").fetchall())
     finally:
-        session.sql("DROP TABLE g")
+        session.sql("DROP TABLE g1")
+        session.sql("DROP TABLE g2")
 
 
-@pytest.mark.xfail(strict=True, reason="review-b: postgres_cdc_values.takes knows no enum or domain typname, so "
-                   "CREATE refuses 'declared varchar (declare varchar)': the error suggests the very type it refuses")
-def test_an_enum_column_upstream_can_be_declared_as_the_error_says(session, postgres):
+def test_enum_and_domain_columns_upstream_are_read_as_varchar_and_their_base_type(session, postgres):
+    """review-b finding 5: an enum's values are its labels (varchar), a domain's are its base type's,
+    in the backfill and the stream; a declared type the base type does not fit names the right one."""
     db = _db(postgres, "review_cdc_enum")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
     conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
-    conn.execute("CREATE TABLE en (id int PRIMARY KEY, m mood)")
-    conn.execute("INSERT INTO en VALUES (1, 'ok')")
-    session.sql(f"CREATE TABLE en (id int PRIMARY KEY, m varchar) WITH ({options(postgres, db, 'en')})")
+    conn.execute("CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)")
+    conn.execute("CREATE DOMAIN price AS numeric(10,2)")
+    conn.execute("CREATE DOMAIN cost AS price")  # a domain over a domain
+    conn.execute("CREATE TABLE en (id int PRIMARY KEY, m mood, p posint, c cost)")
+    conn.execute("INSERT INTO en VALUES (1, 'ok', 5, 1.25)")
+    with pytest.raises(SqlError, match=r"column 'p' is int4 upstream, declared varchar \(declare int\)"):
+        session.sql(f"CREATE TABLE en (id int PRIMARY KEY, m varchar, p varchar, c decimal(10,2)) "
+                    f"WITH ({options(postgres, db, 'en')})")
+    session.sql(f"CREATE TABLE en (id int PRIMARY KEY, m varchar, p int, c decimal(10,2)) "
+                f"WITH ({options(postgres, db, 'en')})")
     try:
         session.flush()
-        conn.execute("INSERT INTO en VALUES (2, 'sad')")
+        conn.execute("INSERT INTO en VALUES (2, 'sad', 7, 3.50)")
+        conn.execute("UPDATE en SET m = 'sad', c = 9.99 WHERE id = 1")
         session.flush()
-        assert multiset(rows_of(session.table("en"))) == multiset([(1, "ok"), (2, "sad")])
+        session.flush()
+        assert session.rt.source_status("en") is None, session.rt.source_status("en")
+        assert multiset(rows_of(session.table("en"))) == multiset(
+            [(1, "sad", 5, Decimal("9.99")), (2, "sad", 7, Decimal("3.50"))])
     finally:
         session.sql("DROP TABLE en")
+
+
+def test_char_boolean_and_inet_values_read_the_same_by_the_backfill_and_the_stream(session, postgres):
+    """pgcdc2's suspicion: a `::text` cast trims char(n)'s padding and spells an inet with its /32,
+    pgoutput sends the output form; the backfill now reads the output form too."""
+    db = _db(postgres, "review_cdc_char")
+    conn = psycopg.connect(postgres.dsn(db), autocommit=True)
+    conn.execute("CREATE TABLE ch (id int PRIMARY KEY, c char(4), b boolean, n inet)")
+    conn.execute("INSERT INTO ch VALUES (1, 'ab', true, '1.2.3.4'), (2, NULL, false, '10.0.0.0/8')")
+    session.sql(f"CREATE TABLE ch (id int PRIMARY KEY, c varchar, b boolean, n varchar) "
+                f"WITH ({options(postgres, db, 'ch')})")
+    try:
+        session.flush()
+        conn.execute("INSERT INTO ch VALUES (3, 'ab', true, '1.2.3.4'), (4, NULL, false, '10.0.0.0/8')")
+        session.flush()
+        session.flush()
+        want = [(1, "ab  ", True, "1.2.3.4"), (2, None, False, "10.0.0.0/8")]
+        assert multiset(rows_of(session.table("ch"))) == multiset(want + [(r[0] + 2, *r[1:]) for r in want])
+    finally:
+        session.sql("DROP TABLE ch")

@@ -101,3 +101,29 @@ def test_a_truncate_names_its_relations():
     d.feed(b"T" + struct.pack(">ibII", 2, 0, 16384, 99))
     txn = d.feed(COMMIT)
     assert [r.name if r else None for r in txn.truncated] == ["t", None]
+
+
+def test_boolean_output_forms_convert_in_bulk_and_others_fall_back():
+    """The backfill's COPY writes boolout's 't'/'f' (as pgoutput does): converted by the bulk path;
+    any other form leaves the chunk to the row parser."""
+    import pyarrow as pa
+
+    from sparkwave.connectors.postgres_cdc_values import arrow_columns
+    col = [("b", parse_type("boolean"))]
+    out = arrow_columns(col, [pa.chunked_array([pa.array(["t", None, "f"])])])
+    assert out is not None and out[0].to_pylist() == [True, None, False]
+    assert arrow_columns(col, [pa.chunked_array([pa.array(["true"])])]) is None
+    assert RowParser(col).parse(["f"]) == [False]
+
+
+def test_generated_and_computed_columns_in_the_create_check():
+    """An upstream generated column (never sent) need not be declared and may not be as a plain
+    column; a column computed here is neither read nor looked for upstream; an enum is a varchar."""
+    from sparkwave.connectors.postgres_cdc_check import column_problems
+    declared = {"id": parse_type("int"), "y": parse_type("int")}
+    upstream = [("id", "int4"), ("y", "int4"), ("e", "enum")]
+    problems = column_problems(declared, set(), upstream, {"y", "e"})
+    assert len(problems) == 1 and "'y' is a generated column upstream" in problems[0] and "y int AS" in problems[0]
+    assert column_problems({"id": parse_type("int")}, {"z"}, [("id", "int4"), ("y", "int4")], {"y"}) == []
+    assert column_problems({"id": parse_type("int"), "m": parse_type("varchar")}, set(),
+                           [("id", "int4"), ("m", "enum")]) == []

@@ -3,6 +3,8 @@ Kafka, Delta Lake, Iceberg)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sparkwave.connectors.base import Connector
 from sparkwave.connectors.datagen import Datagen
 from sparkwave.connectors.delta_source import DeltaSource
@@ -15,6 +17,7 @@ from sparkwave.connectors.sink_delta import DeltaSink
 from sparkwave.connectors.sink_iceberg import IcebergSink
 from sparkwave.connectors.sink_kafka import KafkaSink
 from sparkwave.connectors.sink_postgres import PostgresSink
+from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import SqlError
 from sparkwave.core.schema import Schema
 
@@ -32,8 +35,27 @@ def connector_class(table: str, options: dict[str, str]) -> type[Connector]:
     return CONNECTORS[name]
 
 
-def make_connector(table: str, schema: Schema, options: dict[str, str]) -> Connector:
-    return connector_class(table, options)(table, schema, options)
+def make_connector(table: str, schema: Schema, options: dict[str, str], computed: Iterable[str] = ()) -> Connector:
+    """`computed`: the table's generated columns (its definition's `generated`), not read by the connector."""
+    conn = connector_class(table, options)(table, schema, options)
+    conn.computed = frozenset(computed)
+    return conn
+
+
+def refuse_shared(conn: Connector, others: Iterable[Relation]) -> None:
+    """CREATE refuses a connector naming what another relation's reads alone (a replication slot:
+    two readers would each advance it past the other's changes)."""
+    mine = set(conn.exclusive())
+    for rel in others if mine else ():
+        options = rel.spec.connector or {}
+        if rel.name == conn.table or options.get("connector") != conn.options.get("connector"):
+            continue
+        try:
+            theirs = set(make_connector(rel.name, rel.schema, options).exclusive())
+        except SqlError:  # options no longer valid (an older version's): that relation reads nothing
+            continue
+        for clash in mine & theirs:
+            raise SqlError(f"{conn.where}: {clash} is read by table {rel.name!r}; name another")
 
 
 def make_sink(spec: SinkSpec) -> SinkTarget:

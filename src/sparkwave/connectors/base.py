@@ -22,6 +22,7 @@ class Connector:
     status: str | None = None  # why the source is not advancing, if it is not
     OPTIONS = Options("?")  # every option the connector takes, declared once
     rate_option = "rows_per_second"  # a generator's rows per second (a declared option)
+    computed: frozenset[str] = frozenset()  # the table's generated columns, which the table's step computes
 
     def __init__(self, table: str, schema: Schema, options: dict[str, str]) -> None:
         self.table = table
@@ -53,9 +54,15 @@ class Connector:
         """Release what the connector holds (a client of an outside system)."""
         return None
 
-    def release(self) -> None:
-        """What the relation holds in the outside system, given back at DROP (a replication slot)."""
+    def release(self, startup: dict[str, int]) -> None:
+        """What the relation holds in the outside system, given back at DROP (a replication slot);
+        `startup`: the offsets its CREATE recorded (which may say what the CREATE made)."""
         return None
+
+    def exclusive(self) -> list[str]:
+        """What in the outside system only one relation may read (a replication slot), named: CREATE
+        refuses a relation naming one another relation reads."""
+        return []
 
     def in_background(self) -> Connector:
         """This connector, made for a creating job's reads, which must not slow the pipeline's

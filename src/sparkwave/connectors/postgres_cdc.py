@@ -32,13 +32,15 @@ until the stream passes the replay's, and nothing is lost or doubled (full image
 
 A changed upstream table (the Relation message differs from the declared columns) or a TRUNCATE
 stops the source at that transaction, saying so in SHOW JOBS and SHOW SOURCES. DROP TABLE drops the
-slot (and the publication, if the connector named it itself), so no slot holds WAL forever. A
-`hostname` that is a Unix-socket directory connects only where the server asks for the password
+slot and the publication its CREATE made (never those the user named that existed before), so no
+slot of ours holds WAL forever; CREATE refuses a slot another table of the warehouse reads. A
+`hostname` (any host of a list) that is a Unix-socket directory connects only where the server asks for the password
 (libpq's require_auth): a socket that trusts the peer would let a CREATE act as the owner's own
 operating-system user, which the PostgreSQL sink refuses for the same reason."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -53,6 +55,14 @@ from sparkwave.connectors.base import Connector
 from sparkwave.connectors.files import read_ddl
 from sparkwave.connectors.options import Options, boolean, choice, integer, max_rows_per_epoch, rate_limit, text
 from sparkwave.connectors.pgoutput import UNCHANGED, Change, Decoder, PgoutputError, RelationInfo, Txn
+from sparkwave.connectors.postgres_cdc_check import (
+    column_problems,
+    estimate,
+    publish,
+    slot_position,
+    type_name,
+    upstream_columns,
+)
 from sparkwave.connectors.postgres_cdc_values import (
     SESSION_SETTINGS,
     UPSERT,
@@ -61,19 +71,19 @@ from sparkwave.connectors.postgres_cdc_values import (
     arrow_columns,
     csv_texts,
     raw_text,
-    suggested,
-    takes,
 )
 from sparkwave.core.crash import crash_point
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import local_batches
-from sparkwave.core.schema import Schema
+from sparkwave.core.schema import Schema, SqlType
 
 log = logging.getLogger("sparkwave.postgres_cdc")
 LSN, BACKFILL, BACKFILLED = "lsn", "backfill", "backfilled"
 # The backfill's progress (SHOW JOBS, the dashboard: `meta/cdc_progress.py`): rows read so far (a split each
 # chunk's epoch advances by its rows), and, set at CREATE, the upstream's estimated rows and when it began.
 ROWS_READ, ROWS_ESTIMATE, STARTED = "backfill_rows", "rows_estimate", "backfill_started"
+# Set at CREATE: what the CREATE made upstream (OWN_SLOT | OWN_PUBLICATION), which DROP alone drops.
+MADE, OWN_SLOT, OWN_PUBLICATION = "made", 1, 2
 DONE = (1 << 63) - 1  # as a position: past every key (the backfill is done); never stored
 KEY_DELETE = 5  # core/chunk.py's intents (UPSERT: 4)
 IDLE_ADVANCE_BYTES = 1 << 20  # with no change of the table, the position moves once the WAL moved this far
@@ -135,8 +145,6 @@ class PostgresCdc(Connector):
             if not _NAME.fullmatch(name):
                 raise SqlError(f"{self.where}: {what} {name!r} must be 1 to 63 lower-case letters, digits or "
                                "underscores (PostgreSQL's rule for slot names)")
-        self.columns = [(c.name, c.type) for c in schema.columns]
-        self.parser = RowParser(self.columns)
         self.key = list(schema.key)
         self.int_key = len(self.key) == 1 and schema.columns[schema.names.index(self.key[0])].type.name in (
             "smallint", "int", "bigint")
@@ -147,10 +155,33 @@ class PostgresCdc(Connector):
         self._retry_at = 0.0
         self._failures = 0
 
+    @functools.cached_property
+    def columns(self) -> list[tuple[str, SqlType]]:
+        """The declared columns read from upstream: the table's generated ones are computed by its step."""
+        if computed_key := self.computed & set(self.key):
+            raise SqlError(f"{self.where}: the primary key is read from upstream: {', '.join(sorted(computed_key))} "
+                           "cannot be a generated column")
+        return [(c.name, c.type) for c in self.schema.columns if c.name not in self.computed]
+
+    @functools.cached_property
+    def parser(self) -> RowParser:
+        return RowParser(self.columns)
+
+    @functools.cached_property
+    def _read_schema(self) -> Schema:
+        return Schema(tuple(c for c in self.schema.columns if c.name not in self.computed), self.schema.key)
+
     @property
     def address(self) -> str:
         host = self.value("hostname")
-        return f"PostgreSQL {host}" + ("" if host.startswith("/") else f":{self.value('port')}")
+        return f"PostgreSQL {host}" + ("" if self._socket() else f":{self.value('port')}")
+
+    def _socket(self) -> bool:
+        """Whether any host of the (libpq: comma-separated) host list is a Unix-socket directory."""
+        return any(h.strip().startswith(("/", "@")) for h in self.value("hostname").split(","))
+
+    def exclusive(self) -> list[str]:
+        return [f"replication slot {self.slot!r} of database {self.value('database.name')!r} at {self.address}"]
 
     @property
     def qualified(self) -> str:
@@ -164,8 +195,8 @@ class PostgresCdc(Connector):
             # Over a Unix socket the server may trust the peer's operating-system user: the connection
             # must then prove the password, or a CREATE could act as the owner's own user (issue 43's rule
             # for the PostgreSQL sink, which refuses sockets). libpq refuses a server that does not ask.
-            extra: dict[str, Any] = \
-                {"require_auth": "password,md5,scram-sha-256"} if self.value("hostname").startswith("/") else {}
+            # Any host of a list: libpq falls back to the next host when one fails.
+            extra: dict[str, Any] = {"require_auth": "password,md5,scram-sha-256"} if self._socket() else {}
             self._conn = psycopg.connect(
                 host=self.value("hostname"), port=self.value("port"), user=self.value("username"),
                 password=self.value("password") or "", dbname=self.value("database.name"), autocommit=True,
@@ -197,49 +228,22 @@ class PostgresCdc(Connector):
             raise SqlError(f"{self.where}: {self.address}: {str(e).strip()}") from None
 
     def _prepare(self) -> dict[str, int]:
-        from psycopg import sql
         level = self._one("SHOW wal_level")
         if level != "logical":
             raise SqlError(f"{self.where}: {self.address} has wal_level = {level}; CDC needs wal_level = logical "
                            "(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)")
         self._check_columns()
-        published = self._one("SELECT count(*) FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
-                              "AND tablename = %s", (self.publication, *self.upstream))
-        if not published:
-            if self._one("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)):
-                raise SqlError(f"{self.where}: publication {self.publication!r} does not publish {self.qualified}; "
-                               f"ALTER PUBLICATION {self.publication} ADD TABLE {self.qualified}, or name another")
-            self._connect().execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                sql.Identifier(self.publication), self._ident()))
-        row = self._connect().execute(
-            "SELECT plugin, database, (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots "
-            "WHERE slot_name = %s", (self.slot,)).fetchone()
-        if row is None:
-            lsn = self._one("SELECT (lsn - '0/0')::bigint FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-                            (self.slot,))
-        elif not self.value("slot.name"):
-            raise SqlError(f"{self.where}: replication slot {self.slot!r} already exists (another table's?); name "
-                           "the slot to read with slot.name = '...' (an existing one is read from its position)")
-        elif row[0] != "pgoutput" or row[1] != self.value("database.name"):
-            raise SqlError(f"{self.where}: replication slot {self.slot!r} exists for plugin {row[0]!r} in database "
-                           f"{row[1]!r}; name another slot.name (this one needs pgoutput in "
-                           f"{self.value('database.name')!r})")
-        else:
-            lsn = row[2]
+        conn, named = self._connect(), self.value("slot.name")
+        made = OWN_PUBLICATION if publish(conn, self.where, self.publication, self._ident(), self.upstream) else 0
+        lsn, slot_made = slot_position(conn, self.where, self.slot, bool(named), self.value("database.name"))
+        made |= OWN_SLOT if slot_made else 0
         if not self.value("snapshot"):
-            return {LSN: int(lsn), BACKFILLED: 1}
-        return {LSN: int(lsn), BACKFILL: self._first_key(), ROWS_READ: 0, ROWS_ESTIMATE: self._estimate(),
-                STARTED: int(time.time())}
+            return {LSN: int(lsn), BACKFILLED: 1, MADE: made}
+        return {LSN: int(lsn), BACKFILL: self._first_key(), ROWS_READ: 0, ROWS_ESTIMATE: estimate(conn, self._ident()),
+                STARTED: int(time.time()), MADE: made}
 
-    def _estimate(self) -> int:
-        """The upstream's rows as the planner estimates them (`reltuples`); counted where the table
-        was never analyzed (-1), which only a new, so far small, table is."""
-        from psycopg import sql
-        guess = self._one("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-                          (self._ident().as_string(self._connect()),))
-        if guess is not None and int(guess) >= 0:
-            return int(guess)
-        return int(self._one(sql.SQL("SELECT count(*) FROM {}").format(self._ident())))
+    def _regclass(self) -> str:
+        return str(self._ident().as_string(self._connect()))
 
     def _first_key(self) -> int:
         """The backfill's first position: the least key, read after the slot was made (which waited
@@ -251,42 +255,35 @@ class PostgresCdc(Connector):
         return 0 if low is None else int(low)
 
     def _check_columns(self) -> None:
-        rows = self._connect().execute(
-            "SELECT a.attname, t.typname, coalesce(a.attnum = ANY(i.indkey), false) FROM pg_attribute a "
-            "JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
-            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-            (self._ident().as_string(self._connect()),)).fetchall()
+        conn = self._connect()
+        rows = upstream_columns(conn, self._regclass())
         if not rows:
             raise SqlError(f"{self.where}: {self.address} has no table {self.qualified} in database "
                            f"{self.value('database.name')!r}")
-        problems = self._column_problems([(n, t) for n, t, _ in rows])
+        generated = {n for n, _, _, g in rows if g}
+        problems = self._column_problems([(n, self._type_name(t)) for n, t, _, _ in rows], generated)
         if problems:
             raise SqlError(f"{self.where}: the columns do not match upstream table {self.qualified}: "
                            + "; ".join(problems))
-        upstream_key = sorted(n for n, _, k in rows if k)
+        upstream_key = sorted(n for n, _, k, _ in rows if k)
         if upstream_key != sorted(self.key):
             raise SqlError(f"{self.where}: PRIMARY KEY ({', '.join(self.key)}) is not upstream table "
                            f"{self.qualified}'s ({', '.join(upstream_key) or 'none'}); declare the same key")
 
-    def _column_problems(self, upstream: list[tuple[str, str]]) -> list[str]:
-        """What differs between the upstream columns (name, typname) and the declared ones."""
-        declared = dict(self.columns)
-        problems = []
-        for name, typ in upstream:
-            if name not in declared:
-                problems.append(f"column {name!r} ({typ}) is not declared (add {name} {suggested(typ)})")
-            elif not takes(declared[name], typ):
-                problems.append(f"column {name!r} is {typ} upstream, declared {declared[name]} "
-                                f"(declare {suggested(typ)})")
-        names = {n for n, _ in upstream}
-        problems += [f"column {n!r} is not upstream" for n in declared if n not in names]
-        return problems
+    def _column_problems(self, upstream: list[tuple[str, str]], generated: set[str] | None = None) -> list[str]:
+        """What differs between the upstream columns (name, resolved type) and the declared ones."""
+        return column_problems(dict(self.columns), self.computed, upstream, generated or set())
 
-    def release(self) -> None:
-        """DROP TABLE: the slot goes (it would hold WAL forever), and the publication if named by us."""
+    def release(self, startup: dict[str, int]) -> None:
+        """DROP TABLE: the slot goes (it would hold WAL forever) and the publication, each only if the
+        CREATE made it (`startup`, its offsets, say which; a slot or publication the user named that
+        existed before is someone else's). Tables created before that was recorded: if not named."""
         from psycopg import sql
+        named = (0 if self.value("slot.name") else OWN_SLOT) | (OWN_PUBLICATION if self.own_publication else 0)
+        made = startup.get(MADE, named)
         conn = self._connect()
-        for attempt in range(50):  # a slot is briefly active while a peek that just ended lets go of it
+        # A slot is briefly active while a peek that just ended lets go of it.
+        for attempt in range(50 if made & OWN_SLOT else 0):
             try:
                 if self._one("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)):
                     conn.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
@@ -295,7 +292,7 @@ class PostgresCdc(Connector):
                 if attempt == 49:
                     raise
                 time.sleep(0.1)
-        if self.own_publication:
+        if made & OWN_PUBLICATION:
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication)))
         self.close()
 
@@ -358,26 +355,30 @@ class PostgresCdc(Connector):
         at = f"the transaction committed at LSN {lsn_text(txn.commit_lsn)} (xid {txn.xid})"
         if any(info is None or self._ours(info) for info in txn.truncated):
             return CdcStopped(f"{self.where}: {at} truncated upstream table {self.qualified}, which a CDC table "
-                              "cannot apply; the source stops here: DROP the table and CREATE it again")
+                              "cannot apply; the source stops here: DROP the table and CREATE it again"
+                              f" (until then, replication slot {self.slot!r} holds the upstream's WAL)")
         for info in txn.described:
             if self._ours(info):
                 problems = self._column_problems([(n, self._type_name(oid)) for n, oid, _, _ in info.columns])
                 if problems:
                     return CdcStopped(f"{self.where}: upstream table {self.qualified} changed at {at}: "
                                       + "; ".join(problems) + ". The source stops before it: DROP the table and "
-                                      "CREATE it again with the new columns")
+                                      "CREATE it again with the new columns (until then, replication slot "
+                                      f"{self.slot!r} holds the upstream's WAL)")
         return None
 
     def _type_name(self, oid: int) -> str:
         if oid not in self._types:
-            self._types[oid] = str(self._one("SELECT typname FROM pg_type WHERE oid = %s", (oid,)) or oid)
+            self._types[oid] = type_name(self._connect(), oid)
         return self._types[oid]
 
     # --- the backfill ------------------------------------------------------------------------------
     def _select(self, where: Any, params: tuple, limit: int | None) -> Any:
         from psycopg import sql
-        # Output names of their own: ORDER BY a bare name would sort by the text output column.
-        cols = sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(sql.Identifier(n), sql.Identifier(f"_c{i}"))
+        # Each value in its type's output form, as pgoutput sends it (COPY's CSV is that form; a `::text`
+        # cast is not: it trims char(n)'s padding, spells booleans 'true', gives an inet's /32).
+        # Output names of their own: ORDER BY a bare name would sort by the output column.
+        cols = sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.Identifier(n), sql.Identifier(f"_c{i}"))
                                   for i, (n, _) in enumerate(self.columns))
         query = sql.SQL("SELECT {} FROM {}").format(cols, self._ident()) + where
         if self.int_key:
@@ -485,7 +486,7 @@ class PostgresCdc(Connector):
         return (lo, hi) if self.int_key and hi > lo else None
 
     def read_arrow(self, ranges: dict[str, list[int]]) -> pa.RecordBatch:
-        batch = self._planned.pop(_key(ranges), None)
+        batch = self._planned.get(_key(ranges))  # kept: an attempt that fails is retried with the same rows
         if batch is None:  # a replay after a crash: the same stream range, the chunk's key range again
             start, end = ranges.get(LSN, [0, 0])
             txns: list[Txn] = []
@@ -527,7 +528,17 @@ class PostgresCdc(Connector):
                 if info is not None and self._ours(info):
                     self._change(out, change, [c[0] for c in info.columns], pos, txn)
         self._positions = out.positions
-        return out.batch(self.schema, bulk)
+        return self._widen(out.batch(self._read_schema, bulk))
+
+    def _widen(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch with the table's generated columns (NULL: the table's step computes them)."""
+        if not self.computed:
+            return batch
+        cols = [batch.column(c.name) if c.name not in self.computed else pa.nulls(batch.num_rows, c.type.arrow)
+                for c in self.schema.columns]
+        extra = batch.schema.names[len(self.columns):]
+        return pa.RecordBatch.from_arrays(cols + [batch.column(n) for n in extra],
+                                          names=[*self.schema.names, *extra])
 
     def _change(self, out: IntentRows, change: Change, names: list[str], pos: int, txn: Txn) -> None:
         where = (LSN, txn.commit_lsn)

@@ -2,7 +2,7 @@
 and PostgreSQL's text output of a value parsed into the column's type.
 
 Both paths of the connector read text: pgoutput (protocol 1) sends each value in its type's text
-output form, and the CDC backfill selects `col::text`, so one parser serves both and a row reads the
+output form, and the CDC backfill's COPY writes the same form, so one parser serves both and a row reads the
 same whether it came from the snapshot or the stream. The session that decodes or selects sets
 TimeZone = UTC, DateStyle = ISO, bytea_output = hex and extra_float_digits = 3, which fixes the forms."""
 
@@ -24,7 +24,7 @@ SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO, MDY", "bytea_output": 
 
 # Upstream type name (pg_type.typname) -> the sparkwave types a column of it may be declared as.
 _INTS = {"int2": ("smallint", "int", "bigint"), "int4": ("int", "bigint"), "int8": ("bigint",)}
-_TEXTUAL = ("text", "varchar", "bpchar", "name", "uuid", "json", "jsonb", "xml", "citext", "time", "timetz",
+_TEXTUAL = ("text", "varchar", "bpchar", "enum", "name", "uuid", "json", "jsonb", "xml", "citext", "time", "timetz",
             "inet", "cidr", "macaddr", "interval", "money", "bit", "varbit")
 COMPATIBLE: dict[str, tuple[str, ...]] = {
     **_INTS, "bool": ("boolean",), "float4": ("real", "double"), "float8": ("double",), "numeric": ("decimal",),
@@ -168,6 +168,10 @@ def arrow_columns(columns: list[tuple[str, SqlType]], texts: list[pa.ChunkedArra
                 out.append(pa.array([None if v is None else _bytea(str(v)) for v in arr.to_pylist()], pa.binary()))
             elif t.name == "varchar":
                 out.append(arr)
+            elif t.name == "boolean":  # boolout's 't' and 'f', which Arrow's cast does not read
+                if pc.all(pc.is_in(pc.drop_null(arr), value_set=pa.array(["t", "f"]))).as_py() is False:
+                    return None
+                out.append(pc.equal(arr, "t"))
             else:
                 out.append(pc.cast(arr, t.arrow))
         except (pa.ArrowException, ValueError):

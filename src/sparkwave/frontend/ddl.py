@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sparkwave.connectors import SOURCE_CONNECTORS, connector_class, make_connector
+from sparkwave.connectors import SOURCE_CONNECTORS, connector_class, make_connector, refuse_shared
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.names import relation_name
@@ -151,8 +151,9 @@ class Ddl:
                                  "DEBEZIUM need a TABLE, which stores the rows by key)", "SOURCE")
         offsets: dict[str, int] = {}
         if options:
-            conn = make_connector(name, schema, options)  # validates the options
+            conn = make_connector(name, schema, options, definition.get("generated", {}))  # validates the options
             try:
+                refuse_shared(conn, self.catalog.relations(creating=True))
                 offsets = conn.initial_offsets()  # reaches the outside system: an error here creates nothing
             finally:
                 conn.close()
@@ -406,7 +407,7 @@ class Ddl:
         try:
             conn = make_connector(rel.name, rel.schema, rel.spec.connector or {})
             try:
-                conn.release()
+                conn.release(rel.spec.startup_offsets)
             finally:
                 conn.close()
         except Exception as e:

@@ -59,6 +59,7 @@ class Written:
 
 def _staged(rt: Runtime, stmt: Statement, rel: Relation, df: DataFrame, op: Op) -> Written:
     """`df`'s rows staged as intents `op`; with RETURNING, collected first and returned as staged."""
+    check_generated(rel, df, op)
     if returning.returning_list(stmt) is None:
         return Written(stage(rt, rel, df, op))
     rows = _stage_arrow_rows(rt, rel, returning.staged_rows(df, rel), op)
@@ -247,6 +248,9 @@ def insert_values(rt: Runtime, stmt: Insert) -> Written:
     if literal is not None:
         _check_insert_columns(rel, literal.column_names)
         value_size.check_arrow(literal, rel.name, f"insert into {rel.name}")
+        if rel.definition.get("generated"):
+            ddl = ", ".join(f"`{n}` {c.type.spark}" for n in literal.column_names if (c := rel.schema.column(n)))
+            check_generated(rel, local_frame(rt.spark, literal, ddl), Op.INSERT)
         staged = _stage_arrow_rows(rt, rel, literal, Op.INSERT)
         return Written(staged.num_rows, returning.returned(rt, stmt, rel, staged)
                        if returning.returning_list(stmt) is not None else None)
@@ -343,7 +347,29 @@ def _check_insert_columns(rel: Relation, columns: list[str]) -> None:
 
 def insert_frame(rt: Runtime, rel: Relation, df: DataFrame) -> int:
     _check_insert_columns(rel, df.columns)
-    return stage(rt, rel, checked_cast(rt, rel, df, f"insert into {rel.name}"), Op.INSERT)
+    df = checked_cast(rt, rel, df, f"insert into {rel.name}")
+    check_generated(rel, df, Op.INSERT)
+    return stage(rt, rel, df, Op.INSERT)
+
+
+def check_generated(rel: Relation, df: DataFrame, op: Op) -> None:
+    """A generated column's expression that fails for a written row (`'abc' ~ p` with p = '(')
+    fails the statement, as in PostgreSQL: staged, it would fail the table's step at every attempt
+    of every epoch, and only a DROP of the table would let the pipeline go on. One Spark job, for
+    tables with generated columns only; the value itself is computed by the table's step."""
+    computed = rel.definition.get("generated")
+    if not computed or op in (Op.DELETE, Op.KEY_DELETE, Op.UPDATE_DELETE):
+        return
+    present = set(df.columns)
+    rows = df.selectExpr(*[f"CAST({f'`{c.name}`' if c.name in present else 'NULL'} AS {c.type.spark}) AS `{c.name}`"
+                           for c in rel.schema.columns if c.name not in computed])
+    for name, g in computed.items():  # one job each: the error names its column
+        try:
+            rows.select(F.max(F.xxhash64(F.expr(g["spark"])))).collect()
+        except Exception as e:  # Spark's runtime error for the row (a bad pattern, an index of 0, ...)
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            raise DataError(f"{rel.name}: generated column {name!r} (AS {g['sql']}) fails for a row: {first[:300]}; "
+                            "nothing was written") from None
 
 
 def _cast(values: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:

@@ -93,18 +93,26 @@ def _unless_min(x: exp.Expr, type_of: TypeOf, fn: Callable[[exp.Expr], exp.Expr]
 def _cast(node: exp.Cast, type_of: TypeOf) -> exp.Expr | None:
     to = node.to
     if to.this in exp.DataType.INTEGER_TYPES:
+        # TRY_CAST: a value out of the type's range is NULL (RisingWave's non-strict answer for
+        # PostgreSQL's "out of range" error), where Spark's CAST would wrap 100000 to -31072.
         t = type_of(node.this)
         if isinstance(t, DecimalType):
-            return exp.Cast(this=_call("round", node.this), to=to)
+            return _try_cast(_call("round", node.this), to)
         if isinstance(t, DoubleType | FloatType):
-            return exp.Cast(this=_call("bround", node.this), to=to)
+            return _try_cast(_call("bround", node.this), to)
         if isinstance(t, StringType):  # '12.7' is not an integer: NULL, as any text that does not fit
             text = _call("trim", node.this)
-            return exp.Cast(this=exp.If(this=exp.RegexpLike(this=text, expression=exp.Literal.string(r"^[+-]?[0-9]+$")),
-                                        true=text.copy(), false=exp.Null()), to=to)
+            return _try_cast(exp.If(this=exp.RegexpLike(this=text, expression=exp.Literal.string(r"^[+-]?[0-9]+$")),
+                                    true=text.copy(), false=exp.Null()), to)
+        if isinstance(t, IntegralType) and not node.args.get("safe"):
+            return _try_cast(node.this, to)
     elif to.this in exp.DataType.TEXT_TYPES and isinstance(type_of(node.this), TimestampType):
         return _call("concat", exp.Cast(this=node.this, to=to), exp.Literal.string("+00"))
     return None
+
+
+def _try_cast(this: exp.Expr, to: exp.DataType) -> exp.Expr:
+    return exp.TryCast(this=this, to=to, safe=True)  # Spark's TRY_CAST (sqlglot reads Spark's CAST as unsafe)
 
 
 def _round(node: exp.Round, type_of: TypeOf) -> exp.Expr | None:

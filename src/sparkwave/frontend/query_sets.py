@@ -154,9 +154,11 @@ def _own(q: exp.Select, kinds: tuple[type[exp.Expr], ...]) -> list[exp.Expr]:
 
 
 def _column_name(e: exp.Expr) -> str:
-    """PostgreSQL's name of an unnamed SELECT-list item (its FigureColname): a function call's name,
-    else `?column?`."""
+    """PostgreSQL's name of an unnamed SELECT-list item (its FigureColname): a function call's name
+    (through a cast: `generate_series(1, 2)::text`), else `?column?`."""
     e = e.unnest()
+    while isinstance(e, exp.Cast):
+        e = e.this.unnest()
     if isinstance(e, _CALLS):
         return _name(e)
     if isinstance(e, exp.Anonymous):

@@ -47,7 +47,8 @@ class Runtime(Store):
                 conn.close()
                 conn = None
             if conn is None:
-                conn = self._connectors[rel.name] = make_connector(rel.name, rel.schema, options)
+                conn = self._connectors[rel.name] = make_connector(rel.name, rel.schema, options,
+                                                                   rel.definition.get("generated", {}))
             return conn
 
     def _reader(self, rel: Relation) -> Connector:
@@ -56,7 +57,7 @@ class Runtime(Store):
         yield the CPU to the pipeline's."""
         options = rel.definition.get("connector")
         assert options, f"BUG: source {rel.name!r} has no connector"
-        return make_connector(rel.name, rel.schema, options).in_background()
+        return make_connector(rel.name, rel.schema, options, rel.definition.get("generated", {})).in_background()
 
     def source_status(self, name: str) -> str | None:
         """Why a relation's connector is not advancing, as the barrier loop last found; read without

@@ -83,7 +83,7 @@ class ProjectSet(Operator):
     def array_sql(self, i: int) -> str:
         """The i-th set's Spark array. A series is PostgreSQL's: empty where the step leads away from
         the end or an argument is NULL (where Spark's `sequence` fails), a step of 0 the row's error
-        (PostgreSQL's "step size cannot equal zero"); an integer series of more than
+        (PostgreSQL's "step size cannot equal zero"); a series of more than
         `MAX_SERIES_ROWS` elements fails its row too, so one row cannot take the JVM's memory."""
         name, fn, args = self.sets[i]
         if fn == "unnest":
@@ -95,8 +95,11 @@ class ProjectSet(Operator):
         whens = [f"WHEN {zero} THEN raise_error('step size cannot equal zero')"]
         if integers:
             longer = f"abs(CAST({b} AS decimal(20)) - {a}) / abs(CAST({s} AS decimal(20))) >= {MAX_SERIES_ROWS}"
-            whens.append(f"WHEN {moves} AND {longer} THEN raise_error('generate_series() would make more than "
-                         f"{MAX_SERIES_ROWS} rows from one row')")
+        else:
+            longer = (f"abs(CAST(timestampdiff(MICROSECOND, {a}, {b}) AS decimal(20))) / "
+                      f"abs(CAST(timestampdiff(MICROSECOND, {a}, {a} + {s}) AS decimal(20))) >= {MAX_SERIES_ROWS}")
+        whens.append(f"WHEN {moves} AND {longer} THEN raise_error('generate_series() would make more than "
+                     f"{MAX_SERIES_ROWS} rows from one row')")
         return f"CASE {' '.join(whens)} WHEN {moves} THEN sequence({a}, {b}, {s}) END"
 
     # --- in Spark (and in Arrow on the driver: `_local`) -----------------------------------------

@@ -31,6 +31,9 @@ _ITEM = re.compile(r"^(\s*)(\"?[A-Za-z_][A-Za-z0-9_]*\"?)(\s+[A-Za-z][A-Za-z0-9_
                    r"\s+AS\s+(.+?)\s*$", re.IGNORECASE | re.DOTALL)
 _VOLATILE = {"now", "current_timestamp", "localtimestamp", "current_date", "current_time", "proctime", "random",
              "rand", "uuid", "gen_random_uuid", "clock_timestamp", "statement_timestamp", "transaction_timestamp"}
+# `postgres.size_guarded`'s failure of a row (repeat('x', 2000000000)): in a table's step it would fail
+# every epoch, stopping the pipeline, so the value is NULL instead, as for any other error of the expression
+_GUARD = re.compile(r"raise_error\('(?:[^'\\]|\\.)*'\)", re.IGNORECASE)
 DESCRIBED = "generated: AS {}"  # DESCRIBE's words, with the expression as written
 
 
@@ -102,6 +105,9 @@ def parsed(stmt: Statement, name: str, written: str) -> exp.Expr:
             raise error(f"Failed to bind expression: {node.sql(dialect='postgres')}: a generated column's "
                         "expression is computed once per row and must not be volatile (for the time a row is "
                         "applied, write col TIMESTAMPTZ AS PROCTIME())", None)
+        if called == "raise_error":
+            raise error("raise_error() would fail the write of the row at every epoch, stopping the pipeline; a "
+                        "generated column's value is NULL where its expression fails", None)
         if isinstance(node, exp.Subquery | exp.Select | exp.AggFunc | exp.Window):
             raise error("a generated column's expression reads only the row's own columns (no subquery, "
                         "aggregate or window function)", None)
@@ -133,7 +139,8 @@ def compiled(stmt: Statement, columns: list[Column], written: tuple[tuple[str, s
         target = by_name[name]
         cast = exp.Cast(this=e.copy(), to=exp.DataType.build(target.type.name, dialect="postgres"))
         try:
-            out[name] = {"sql": text, "spark": _fitting(to_spark(cast, typed, spark), target.type.spark)}
+            out[name] = {"sql": text, "spark": _fitting(_GUARD.sub("NULL", to_spark(cast, typed, spark)),
+                                                        target.type.spark)}
             empty = spark.createDataFrame([], ", ".join(f"`{n}` {by_name[n].type.spark}" for n, _ in typed))
             empty.selectExpr(out[name]["spark"]).schema  # noqa: B018 -- analysed now, not at the first epoch
             given = empty.selectExpr(to_spark(e, typed, spark)).schema.fields[0].dataType.simpleString()
@@ -151,10 +158,10 @@ def _fitting(sql: str, spark_type: str) -> str:
     other error of the expression (RisingWave's non-strict streaming evaluation)."""
     if spark_type not in ("tinyint", "smallint", "int", "bigint"):
         return sql
-    root = sqlglot.parse_one(sql, read="spark")
-    if type(root) is not exp.Cast:
+    root = sqlglot.parse_one(sql, read="spark")  # (sqlglot reads Spark's CAST as a TryCast, writes it as CAST)
+    if not isinstance(root, exp.Cast) or not sql.upper().startswith("CAST("):
         return sql
-    return exp.TryCast(this=root.this, to=root.to).sql(dialect="spark")
+    return "TRY_" + sql  # the text itself: not written again by sqlglot
 
 
 def expression_columns(definition: dict[str, object]) -> dict[str, dict[str, str]]:
