@@ -104,7 +104,7 @@ def _cast(node: exp.Cast, type_of: TypeOf) -> exp.Expr | None:
             text = _call("trim", node.this)
             return _try_cast(exp.If(this=exp.RegexpLike(this=text, expression=exp.Literal.string(r"^[+-]?[0-9]+$")),
                                     true=text.copy(), false=exp.Null()), to)
-        if isinstance(t, IntegralType) and not node.args.get("safe"):
+        if not node.args.get("safe"):  # whatever else it is (an integer, or a type the planner cannot tell)
             return _try_cast(node.this, to)
     elif to.this in exp.DataType.TEXT_TYPES and isinstance(type_of(node.this), TimestampType):
         return _call("concat", exp.Cast(this=node.this, to=to), exp.Literal.string("+00"))
