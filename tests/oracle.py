@@ -219,3 +219,44 @@ def to_sql(st: tuple) -> str:
     if st[0] == "update":
         return f"UPDATE {st[1]} SET {', '.join(f'{c} = {e}' for c, e in st[2].items())} WHERE {st[3]}"
     return f"DELETE FROM {st[1]} WHERE {st[2]}"
+
+
+def check_views(session, model: Model, epoch: int, names: list[str]) -> None:
+    """Each MV of `names` as of `epoch` equals DuckDB's answer over the model's inputs."""
+    for name in names:
+        got = multiset(rows_of(session.table(name, as_of=epoch)))
+        want = multiset(model.rows(name))
+        assert got == want, f"MV {name} differs from DuckDB at epoch {epoch}: extra {got - want}, missing {want - got}"
+
+
+def run_with_late_views(spark, warehouse, tables, mvs, epochs, late: int, strategy: str,
+                        append_only: str | None = None) -> None:
+    """Half the MVs from the start, the others created before epoch `late` by `strategy`; each
+    checked at every epoch. `append_only`, if created, must be an append-only MV."""
+    import sparkwave
+
+    model = Model()
+    with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
+        for ddl, name, duck, cols, key in tables:
+            s.sql(ddl)
+            model.table(name, duck, cols, key)
+        created: list[str] = []
+
+        def create(batch: list[tuple[str, str]], how: str) -> None:
+            for name, sql in batch:
+                s.sql(f"CREATE MATERIALIZED VIEW {name} WITH (backfill_strategy = '{how}') AS {sql}")
+                model.view(name, sql)
+                created.append(name)
+
+        create(mvs[::2], "snapshot")
+        for i, batch in enumerate(epochs):
+            if i == late:
+                create(mvs[1::2], strategy)
+                check_views(s, model, s.committed_epoch, created)
+            for statement in batch:
+                s.sql(to_sql(statement))
+            model.apply_epoch(batch)
+            check_views(s, model, s.flush(), created)
+        assert len(created) == len(mvs)
+        if append_only in created:
+            assert s.catalog.relation(append_only).schema.append_only

@@ -20,7 +20,7 @@ import sparkwave
 from sparkwave.core.errors import SqlError
 from tests.integration.test_oracle import FAST_PHASES
 from tests.integration.test_parity import tables
-from tests.oracle import Model, multiset, rows_of, to_sql
+from tests.oracle import Model, check_views, rows_of, run_with_late_views, to_sql
 
 TABLES = [
     ("CREATE TABLE t (id int, a int, b int, s varchar, PRIMARY KEY (id))", "t",
@@ -57,49 +57,14 @@ stmt = st.one_of(
 )
 
 
-def run(spark, tmp_path_factory, mvs, epochs, late, strategy) -> None:
-    """Half the MVs from the start, the others created before epoch `late`; each checked at every epoch."""
-    model = Model()
-    with sparkwave.connect(tmp_path_factory.mktemp("wh"), spark=spark, barrier_interval_ms=3_600_000) as s:
-        for ddl, name, duck, cols, key in TABLES:
-            s.sql(ddl)
-            model.table(name, duck, cols, key)
-        created: list[str] = []
-
-        def create(batch: list[tuple[str, str]], how: str) -> None:
-            for name, sql in batch:
-                s.sql(f"CREATE MATERIALIZED VIEW {name} WITH (backfill_strategy = '{how}') AS {sql}")
-                model.view(name, sql)
-                created.append(name)
-
-        create(mvs[::2], "snapshot")
-        for i, batch in enumerate(epochs):
-            if i == late:
-                create(mvs[1::2], strategy)
-                check(s, model, s.committed_epoch, created)
-            for statement in batch:
-                s.sql(to_sql(statement))
-            model.apply_epoch(batch)
-            check(s, model, s.flush(), created)
-        assert len(created) == len(mvs)
-        if "append" in created:  # a project set over an append-only table only gains rows
-            assert s.catalog.relation("append").schema.append_only
-
-
-def check(session: sparkwave.Session, model: Model, epoch: int, names: list[str]) -> None:
-    for name in names:
-        got = multiset(rows_of(session.table(name, as_of=epoch)))
-        want = multiset(model.rows(name))
-        assert got == want, f"MV {name} differs from DuckDB at epoch {epoch}: extra {got - want}, missing {want - got}"
-
-
 epochs_of = st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=4)
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_set_returning_functions_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
-    run(spark, tmp_path_factory, MVS, epochs, late, strategy)
+    run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, MVS, epochs, late, strategy,
+                        append_only="append")
 
 
 SEED = [("insert", "t", [(i, i % 5 - 1 if i % 7 else None, (i * 3) % 5, "p" if i % 2 else None) for i in range(30)]),
@@ -165,7 +130,7 @@ def test_a_chunked_backfill_and_the_log_store_phase_add_up(spark, tmp_path_facto
         chunked = [j.name for j in s.jobs() if len(s.catalog.job_chunks(j.id)) > 2]
         assert "sel_series" in chunked, f"sel_series was built in one chunk (chunked: {chunked})"
         names = [n for n, _ in CHUNKED]
-        check(s, model, s.committed_epoch, names)
+        check_views(s, model, s.committed_epoch, names)
         s.sql("SET background_ddl = true; SET backfill_rate_limit = 0")
         late = [(f"{n}_late", sql) for n, sql in CHUNKED[:4]]
         for name, sql in late:
@@ -183,7 +148,7 @@ def test_a_chunked_backfill_and_the_log_store_phase_add_up(spark, tmp_path_facto
         for name, _ in late:
             phases = {step[1] for step in s.catalog.job_steps(paused[name])}
             assert "log_store" in phases, f"{name}: the log-store phase was not exercised ({phases})"
-        check(s, model, s.committed_epoch, names + [n for n, _ in late])
+        check_views(s, model, s.committed_epoch, names + [n for n, _ in late])
 
 
 def test_timestamp_series_with_an_interval_step(session):

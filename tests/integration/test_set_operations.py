@@ -19,7 +19,7 @@ import sparkwave
 from sparkwave.core.errors import SqlError
 from tests.integration.test_oracle import FAST_PHASES
 from tests.integration.test_parity import tables
-from tests.oracle import Model, multiset, rows_of, to_sql
+from tests.oracle import Model, check_views, run_with_late_views, to_sql
 
 TABLES = [
     ("CREATE TABLE l (id int, g int, v int, PRIMARY KEY (id))", "l", "id INTEGER, g INTEGER, v INTEGER",
@@ -78,55 +78,21 @@ stmt = st.one_of(
 )
 
 
-def run(spark, tmp_path_factory, mvs, epochs, late, strategy) -> None:
-    """Half the MVs from the start, the others created before epoch `late`; each checked at every epoch."""
-    model = Model()
-    with sparkwave.connect(tmp_path_factory.mktemp("wh"), spark=spark, barrier_interval_ms=3_600_000) as s:
-        for ddl, name, duck, cols, key in TABLES:
-            s.sql(ddl)
-            model.table(name, duck, cols, key)
-        created: list[str] = []
-
-        def create(batch: list[tuple[str, str]], how: str) -> None:
-            for name, sql in batch:
-                s.sql(f"CREATE MATERIALIZED VIEW {name} WITH (backfill_strategy = '{how}') AS {sql}")
-                model.view(name, sql)
-                created.append(name)
-
-        create(mvs[::2], "snapshot")
-        for i, batch in enumerate(epochs):
-            if i == late:
-                create(mvs[1::2], strategy)
-                check(s, model, s.committed_epoch, created)
-            for statement in batch:
-                s.sql(to_sql(statement))
-            model.apply_epoch(batch)
-            check(s, model, s.flush(), created)
-        assert len(created) == len(mvs)
-        if "u_append" in created:  # a union of append-only inputs only gains rows: an append-only sink may take it
-            assert s.catalog.relation("u_append").schema.append_only
-
-
-def check(session: sparkwave.Session, model: Model, epoch: int, names: list[str]) -> None:
-    for name in names:
-        got = multiset(rows_of(session.table(name, as_of=epoch)))
-        want = multiset(model.rows(name))
-        assert got == want, f"MV {name} differs from DuckDB at epoch {epoch}: extra {got - want}, missing {want - got}"
-
-
 epochs_of = st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=5)
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_set_operations_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
-    run(spark, tmp_path_factory, SET_MVS, epochs, late, strategy)
+    run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, SET_MVS, epochs, late, strategy,
+                        append_only="u_append")
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]))
 def test_grouping_sets_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
-    run(spark, tmp_path_factory, GROUPING_MVS, epochs, late, strategy)
+    run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, GROUPING_MVS, epochs, late, strategy,
+                        append_only="u_append")
 
 
 SEED = [("insert", "l", [(i, i % 4 if i % 5 else None, i % 3 if i % 7 else None) for i in range(40)]),
@@ -163,12 +129,12 @@ def test_a_chunked_backfill_reads_the_other_branches_once(spark, tmp_path_factor
         names = [n for n, *_ in [*CHUNKED, *CORRESPONDING]]
         chunked = [j.name for j in s.jobs() if len(s.catalog.job_chunks(j.id)) > 2]
         assert "u_agg" in chunked, f"u_agg was built in one chunk (chunked: {chunked})"
-        check(s, model, s.committed_epoch, names)
+        check_views(s, model, s.committed_epoch, names)
         for batch in AFTER:
             for statement in batch:
                 s.sql(to_sql(statement))
             model.apply_epoch(batch)
-            check(s, model, s.flush(), names)
+            check_views(s, model, s.flush(), names)
 
 
 PARITY = [SET_MVS[0], SET_MVS[1], SET_MVS[4], SET_MVS[6], SET_MVS[7], SET_MVS[11], GROUPING_MVS[0],
@@ -253,4 +219,26 @@ def test_a_union_catches_up_on_its_upstreams_logs_after_its_snapshot(spark, tmp_
         for name, _ in mvs:
             phases = {step[1] for step in s.catalog.job_steps(paused[name])}
             assert "log_store" in phases, f"{name}: the log-store phase was not exercised ({phases})"
-        check(s, model, s.committed_epoch, [n for n, _ in mvs])
+        check_views(s, model, s.committed_epoch, [n for n, _ in mvs])
+
+
+# Found by the hypothesis test above on 2026-11-29 (also on 3d91776, before this test's harness moved): a
+# UNION's distinct MV keeps (NULL, 0) after l's row (3, NULL, 0) became (3, NULL, 1), with every MV of
+# SET_MVS in the pipeline (alone, u_distinct is right). Not yet understood; fixed, this test passes.
+KEPT_NULL_GROUP = [
+    [("update", "r", {"w": "w + 1", "g": "g + 1"}, "id <= 6"), ("delete", "l", "g = 1"), ("delete", "r", "id >= 5"),
+     ("update", "r", {"w": "w + 1", "g": "g + 1"}, "id <= 4")],
+    [("insert", "l", [(4, 1, None), (5, 1, None), (3, None, 0)]), ("update", "l", {"v": "v + 1"}, "id BETWEEN 0 AND 7"),
+     ("delete", "l", "id BETWEEN 0 AND 1"), ("update", "l", {"g": "2"}, "id >= 1"),
+     ("delete", "l", "id BETWEEN 8 AND 2")],
+    [("update", "l", {"g": "1"}, "id >= 5"), ("insert", "r", [(3, 3, None)]), ("insert", "e", [(3, None), (None, 4)]),
+     ("insert", "e", [(3, None)])],
+    [("update", "l", {"v": "v + 1"}, "id BETWEEN 1 AND 8"),
+     ("insert", "r", [(3, 1, None), (8, 2, 1), (8, 3, 4), (0, 0, 0)])],
+    [("insert", "e", [(None, None)])],
+]
+
+
+@pytest.mark.xfail(strict=True, reason="a known wrong answer: u_distinct keeps a retracted NULL group")
+def test_a_union_distinct_retracts_a_null_group_with_every_set_mv_running(spark, tmp_path_factory):
+    run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, SET_MVS, KEPT_NULL_GROUP, 2, "blocking")
