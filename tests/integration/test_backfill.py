@@ -345,3 +345,19 @@ def test_a_global_aggregate_created_over_an_empty_table_has_its_one_row(session,
     s.sql("INSERT INTO e VALUES (1, 5), (2, 7)")
     s.flush()
     assert rows_of(s.table("g")) == [(2, 12)]
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "blocking"])
+def test_a_backfilled_aggregate_retracts_its_null_groups(session, strategy):
+    """Groups `(1, NULL)` and `(NULL, 0)` written by the backfill into one row group of the state's
+    base file: updating the NULL group's only row retracts it (it was once pruned as a group of one
+    `g` value and kept)."""
+    s = session
+    s.sql("CREATE TABLE l (id int, g int, v int, PRIMARY KEY (id))")
+    s.sql("INSERT INTO l VALUES (3, NULL, 0), (4, 1, NULL), (5, 1, NULL)")
+    s.flush()
+    s.sql(f"CREATE MATERIALIZED VIEW gv WITH (backfill_strategy = '{strategy}') AS "
+          "SELECT g, v, count(*) AS n FROM l GROUP BY g, v")
+    s.sql("UPDATE l SET v = v + 1 WHERE id = 3")
+    s.flush()
+    assert sorted(rows_of(s.table("gv")), key=str) == [(1, None, 2), (None, 1, 1)]

@@ -26,8 +26,10 @@ class _Column:
 
     @cached_property
     def single(self) -> np.ndarray:
-        """bool: the group holds one value only (so a next sort column's range is tight within it)."""
-        return np.array([a is not None and a == b for a, b in zip(self.mins, self.maxs, strict=True)], dtype=bool)
+        """bool: the group holds one value only, and no NULL (so a next sort column's range is tight
+        within it; a NULL beside the value sorts apart, with next-column values of its own)."""
+        return np.array([a is not None and a == b and not n
+                         for a, b, n in zip(self.mins, self.maxs, self.nulls, strict=True)], dtype=bool)
 
 
 @dataclass
