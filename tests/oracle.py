@@ -230,9 +230,11 @@ def check_views(session, model: Model, epoch: int, names: list[str]) -> None:
 
 
 def run_with_late_views(spark, warehouse, tables, mvs, epochs, late: int, strategy: str,
-                        append_only: str | None = None) -> None:
+                        append_only: str | None = None, compact_at: int | None = None) -> None:
     """Half the MVs from the start, the others created before epoch `late` by `strategy`; each
-    checked at every epoch. `append_only`, if created, must be an append-only MV."""
+    checked at every epoch, and again after a compaction following epoch `compact_at` (state then
+    read from base files, whose row groups lookups prune). `append_only`, if created, must be an
+    append-only MV."""
     import sparkwave
 
     model = Model()
@@ -256,7 +258,10 @@ def run_with_late_views(spark, warehouse, tables, mvs, epochs, late: int, strate
             for statement in batch:
                 s.sql(to_sql(statement))
             model.apply_epoch(batch)
-            check_views(s, model, s.flush(), created)
+            check_views(s, model, epoch := s.flush(), created)
+            if i == compact_at:
+                s.compact()
+                check_views(s, model, epoch, created)
         assert len(created) == len(mvs)
         if append_only in created:
             assert s.catalog.relation(append_only).schema.append_only

@@ -61,10 +61,12 @@ epochs_of = st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_siz
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
-@given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]))
-def test_set_returning_functions_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
+@given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]),
+       compact_at=st.one_of(st.none(), st.integers(0, 4)))
+def test_set_returning_functions_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy,
+                                                             compact_at):
     run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, MVS, epochs, late, strategy,
-                        append_only="append")
+                        append_only="append", compact_at=compact_at)
 
 
 SEED = [("insert", "t", [(i, i % 5 - 1 if i % 7 else None, (i * 3) % 5, "p" if i % 2 else None) for i in range(30)]),

@@ -82,17 +82,19 @@ epochs_of = st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_siz
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
-@given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]))
-def test_set_operations_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
+@given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]),
+       compact_at=st.one_of(st.none(), st.integers(0, 4)))
+def test_set_operations_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy, compact_at):
     run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, SET_MVS, epochs, late, strategy,
-                        append_only="u_append")
+                        append_only="u_append", compact_at=compact_at)
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
-@given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]))
-def test_grouping_sets_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
+@given(epochs=epochs_of, late=st.integers(1, 2), strategy=st.sampled_from(["snapshot", "blocking"]),
+       compact_at=st.one_of(st.none(), st.integers(0, 4)))
+def test_grouping_sets_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy, compact_at):
     run_with_late_views(spark, tmp_path_factory.mktemp("wh"), TABLES, GROUPING_MVS, epochs, late, strategy,
-                        append_only="u_append")
+                        append_only="u_append", compact_at=compact_at)
 
 
 SEED = [("insert", "l", [(i, i % 4 if i % 5 else None, i % 3 if i % 7 else None) for i in range(40)]),
