@@ -102,7 +102,13 @@ stmt = st.one_of(
 )
 
 
-def run(spark, tmp_path_factory, mvs, epochs, late, strategy, *, big: bool = False) -> Path:
+COMPACT_AT = st.one_of(st.none(), st.integers(0, 5))
+
+
+def run(spark, tmp_path_factory, mvs, epochs, late, strategy, *, big: bool = False,
+        compact_at: int | None = None) -> Path:
+    """The MVs, the last two created before epoch `late`, equal DuckDB at every epoch, and again after a
+    compaction following epoch `compact_at` (state then read from base files)."""
     model = Model()
     wh = tmp_path_factory.mktemp("wh")
     with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
@@ -127,7 +133,10 @@ def run(spark, tmp_path_factory, mvs, epochs, late, strategy, *, big: bool = Fal
             for statement in batch:
                 s.sql(to_sql(statement))
             model.apply_epoch(batch)
-            check(s, model, s.flush(), created)
+            check(s, model, epoch := s.flush(), created)
+            if i == compact_at:
+                s.compact()
+                check(s, model, epoch, created)
     return wh
 
 
@@ -140,23 +149,23 @@ def check(session: sparkwave.Session, model: Model, epoch: int, names: list[str]
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
-       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
-def test_aggregates_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
-    run(spark, tmp_path_factory, AGG_MVS, epochs, late, strategy)
+       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]), compact_at=COMPACT_AT)
+def test_aggregates_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy, compact_at):
+    run(spark, tmp_path_factory, AGG_MVS, epochs, late, strategy, compact_at=compact_at)
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
-       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
-def test_joins_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
-    run(spark, tmp_path_factory, JOIN_MVS, epochs, late, strategy)
+       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]), compact_at=COMPACT_AT)
+def test_joins_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy, compact_at):
+    run(spark, tmp_path_factory, JOIN_MVS, epochs, late, strategy, compact_at=compact_at)
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=FAST_PHASES)
 @given(epochs=st.lists(st.lists(stmt, min_size=1, max_size=5), min_size=3, max_size=6),
-       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]))
-def test_windows_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy):
-    run(spark, tmp_path_factory, WINDOW_MVS, epochs, late, strategy)
+       late=st.integers(0, 3), strategy=st.sampled_from(["snapshot", "blocking"]), compact_at=COMPACT_AT)
+def test_windows_equal_duckdb_at_every_epoch(spark, tmp_path_factory, epochs, late, strategy, compact_at):
+    run(spark, tmp_path_factory, WINDOW_MVS, epochs, late, strategy, compact_at=compact_at)
 
 
 BIG_MVS = [AGG_MVS[0], AGG_MVS[2], AGG_MVS[3], JOIN_MVS[3], JOIN_MVS[4], SHARED, JOIN_MVS[1], AGG_MVS[4]]
