@@ -37,12 +37,28 @@ chaos: java $(VENV)/.installed
 	$(BIN)/python -m pytest -m "" tests/crash \
 		tests/integration/test_kafka.py tests/integration/test_kafka_source.py tests/integration/test_sinks.py
 
-# The oracle, backfill, Kafka and Nexmark tests on two executor JVMs with Python workers of their own
-# (`make test` runs a smaller scenario of its own, tests/integration/test_cluster.py, on the same kind of cluster).
+# The oracle, backfill, Kafka, sink, big-epoch and Nexmark tests on a Spark standalone cluster: a master and two
+# workers (two cores each: the tests' driver and a child's at once) started from the pip-installed PySpark on
+# 127.0.0.1 by `sparkwave.devtools.spark_cluster`, which stops them afterwards; with `sparkwave serve --spark-master`
+# (tests/integration/test_standalone.py), then a worker SIGKILLed mid-task on clusters of the test's own.
+# `make test-cluster CLUSTER=local-cluster` runs the same tests on `local-cluster[2,1,1024]` (executor JVMs that are
+# the driver's children, no daemons). `make test` runs smaller scenarios: test_cluster.py, test_standalone.py.
+CLUSTER ?= standalone
+CLUSTER_TESTS := tests/integration/test_oracle.py tests/integration/test_dataflow_oracle.py \
+	tests/integration/test_backfill.py tests/integration/test_chunked_backfill.py tests/integration/test_kafka.py \
+	tests/integration/test_sinks.py tests/integration/test_parity.py tests/integration/test_nexmark.py
 test-cluster: java $(VENV)/.installed
-	SPARKWAVE_TEST_MASTER='local-cluster[2,1,1024]' $(BIN)/python -m pytest -n 0 tests/integration/test_oracle.py \
-		tests/integration/test_dataflow_oracle.py tests/integration/test_backfill.py tests/integration/test_chunked_backfill.py tests/integration/test_kafka.py \
-		tests/integration/test_nexmark.py
+ifeq ($(CLUSTER),local-cluster)
+	SPARKWAVE_TEST_MASTER='local-cluster[2,1,1024]' $(BIN)/python -m pytest -n 0 $(CLUSTER_TESTS)
+else
+	$(BIN)/python -m sparkwave.devtools.spark_cluster -- $(BIN)/python -m pytest -n 0 $(CLUSTER_TESTS) \
+		tests/integration/test_standalone.py
+	$(BIN)/python -m pytest -n 0 -m chaos tests/crash/test_worker_kill.py
+endif
+# Spark Connect: a local Connect server (sparkwave.devtools.spark_connect); the generated-DML oracle and
+# every crash point on it (`make test` runs the fixed scenario and two crash points)
+	SPARKWAVE_TEST_CONNECT_FULL=1 $(BIN)/python -m pytest -n 0 tests/integration/test_connect.py \
+		tests/crash/test_connect_crash.py
 
 bench: java $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[test,bench]'

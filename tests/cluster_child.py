@@ -4,7 +4,7 @@ JVMs with Python workers of their own), project/filter, aggregate and join MVs i
 then an aggregate over a join created mid-stream by a snapshot backfill, each equal to DuckDB's
 evaluation at the committed epochs.
 
-Usage: python -m tests.cluster_child WAREHOUSE. Prints `app ID`, `executors N` and `checked E
+Usage: python -m tests.cluster_child WAREHOUSE [MASTER]. Prints `app ID`, `executors N` and `checked E
 epochs`; an inequality raises (exit status 1)."""
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ def check(s: sparkwave.Session, model: Model, epoch: int, names: list[str]) -> N
         assert got == want, f"{name} differs from DuckDB at epoch {epoch}: extra {got - want}, missing {want - got}"
 
 
-def main(warehouse: str) -> None:
+def main(warehouse: str, master: str = MASTER) -> None:
     # The SparkContext starts once both executors have registered (or gives up after 5 minutes, and
     # the count below tells), so every job of the scenario may run on either.
     # (the ratio is of `spark.cores.max`: the cluster's two one-core executors)
     os.environ["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.cores.max=2 "
                                          "--conf spark.scheduler.minRegisteredResourcesRatio=1.0 "
                                          "--conf spark.scheduler.maxRegisteredResourcesWaitingTime=300s pyspark-shell")
-    spark = create_spark(MASTER)
+    spark = create_spark(master)
     print(f"app {spark.sparkContext.applicationId}", flush=True)
     # the memory status lists the driver's block manager too
     print(f"executors {spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}", flush=True)
@@ -67,4 +67,4 @@ def main(warehouse: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])  # WAREHOUSE [MASTER]: a standalone cluster (tests/integration/test_standalone.py)

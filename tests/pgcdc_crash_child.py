@@ -3,8 +3,9 @@
 transactions between epochs, an MV over it created before and one during the backfill.
 
 Usage: python -m tests.pgcdc_crash_child WAREHOUSE PROGRESS_FILE, with SPARKWAVE_PGCDC (the JSON
-of host, port, user, password, database, slot) naming the upstream PostgreSQL, whose table `t` exists
-(slots are the server's: each case names its own)."""
+of host, port, user, password, database, slot [, epochs, drop]) naming the upstream PostgreSQL, whose
+table `t` exists (slots are the server's: each case names its own); with `drop`, the MVs and the table
+are dropped after the epochs."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def main(warehouse: str, progress: str) -> None:
     spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
         create(s, pg, conf["database"], conf["slot"])
-        for i in range(EPOCHS):
+        for i in range(conf.get("epochs", EPOCHS)):
             if i == 2:
                 s.sql(f"CREATE MATERIALIZED VIEW per_name AS {MVS['per_name'].format(t='t')}")
             up.churn(3)
@@ -50,6 +51,11 @@ def main(warehouse: str, progress: str) -> None:
                 f.write(f"{i}\n")
             s.flush()
         s.flush()
+        if conf.get("drop"):
+            for mv in ("even", "per_name"):
+                if s.catalog.relation(mv) is not None:
+                    s.sql(f"DROP MATERIALIZED VIEW {mv}")
+            s.sql("DROP TABLE t")
 
 
 if __name__ == "__main__":

@@ -32,21 +32,22 @@ def options(pg, db: str, table: str, **extra: str) -> str:
 class Upstream:
     """One upstream table, changed a transaction at a time, with its history."""
 
-    def __init__(self, dsn: str, name: str = "t", ddl: str | None = UPSTREAM_DDL, seed: int = 49) -> None:
+    def __init__(self, dsn: str, name: str = "t", ddl: str | None = UPSTREAM_DDL, seed: int = 49,
+                 columns: str = "id, name, v, price, ts, ok", key_width: int = 1) -> None:
         self.conn = psycopg.connect(dsn, autocommit=True)
-        self.name = name
+        self.name, self.columns, self.key_width = name, columns, key_width
         if ddl is not None:
             self.conn.execute(ddl.format(name=name))
         self.history: list[tuple[int, dict]] = [(-1, self.state())]
         self.rnd = random.Random(seed)
-        self.next_id = max(self.state(), default=0) + 1
+        self.next_id = max(self.state(), default=0) + 1 if key_width == 1 else 0
 
     def lsn(self) -> int:
         return int(self.conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").fetchone()[0])
 
     def state(self) -> dict:
-        rows = self.conn.execute(f"SELECT id, name, v, price, ts, ok FROM {self.name}").fetchall()
-        return {r[0]: tuple(r) for r in rows}
+        rows = self.conn.execute(f"SELECT {self.columns} FROM {self.name}").fetchall()
+        return {(r[0] if self.key_width == 1 else tuple(r[:self.key_width])): tuple(r) for r in rows}
 
     def txn(self, *statements: tuple[str, tuple]) -> None:
         before = self.lsn()
@@ -115,5 +116,9 @@ def offsets_by_epoch(session, table: str) -> dict[int, dict[str, int]]:
 
 
 def expected(up: Upstream, offsets: dict[str, int]) -> list[tuple]:
-    done, pos = BACKFILLED in offsets, offsets.get(BACKFILL, 0)
-    return [r for k, r in up.state_at(offsets[LSN]).items() if done or k < pos]
+    """The upstream rows at the epoch's LSN whose keys the backfill had passed (a composite key's
+    position is one split a column: `backfill`, `backfill.1`, ...)."""
+    done = BACKFILLED in offsets
+    pos = tuple(offsets.get(BACKFILL if i == 0 else f"{BACKFILL}.{i}", 0) for i in range(up.key_width))
+    return [r for k, r in up.state_at(offsets[LSN]).items()
+            if done or (k if up.key_width > 1 else (k,)) < pos]

@@ -2,7 +2,8 @@
 epoch not yet planned), mid-execute (the planned chunk epoch is replayed: its key range read again),
 and between an epoch's catalog commit and the slot's advance (the slot is behind the committed
 position). Restart: the table catches up and equals the upstream table, nothing lost or doubled, and
-its MVs equal DuckDB over it."""
+its MVs equal DuckDB over it. And SIGKILL between DROP TABLE's catalog commit and the slot's drop: the
+slot (holding the upstream's WAL) is dropped when the warehouse opens again."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import sparkwave
 from sparkwave.connectors.postgres_cdc import BACKFILL, BACKFILLED, LSN
+from sparkwave.connectors.postgres_cdc_release import KEY
 from sparkwave.core.catalog import Catalog
 from tests.crash.test_crash import run_child
 from tests.kafka_util import check_epoch
@@ -67,3 +69,32 @@ def test_a_cdc_table_survives_a_sigkill(spark, tmp_path, postgres, monkeypatch, 
         if "per_name" in mvs:
             s.sql("DROP MATERIALIZED VIEW per_name")
         s.sql("DROP TABLE t")
+
+
+def _upstream_objects(up: Upstream) -> tuple[set[str], set[str]]:
+    slots = {r[0] for r in up.conn.execute("SELECT slot_name FROM pg_replication_slots")}
+    return slots, {r[0] for r in up.conn.execute("SELECT pubname FROM pg_publication")}
+
+
+def test_a_slot_a_drop_left_when_killed_is_dropped_when_the_warehouse_opens(spark, tmp_path, postgres, monkeypatch):
+    db = slot = "crash_drop"
+    postgres.create_database(db)
+    up = Upstream(postgres.dsn(db))
+    up.insert(60)
+    monkeypatch.setenv("SPARKWAVE_PGCDC", json.dumps({"host": postgres.host, "port": postgres.port,
+                                                      "user": postgres.user, "password": postgres.password,
+                                                      "database": db, "slot": slot, "epochs": 2, "drop": True}))
+    wh, progress = tmp_path / "wh", tmp_path / "progress"
+    run_child(wh, progress, "drop_before_release:1", module="tests.pgcdc_crash_child")
+    slots, publications = _upstream_objects(up)
+    assert slot in slots and "sparkwave_t" in publications, "the crash did not come between the DROP and the release"
+    catalog = Catalog(wh / "catalog.db", read_only=True)
+    try:
+        assert catalog.relation("t") is None, "the DROP's catalog transaction did not commit"
+    finally:
+        catalog.close()
+    with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
+        slots, publications = _upstream_objects(up)
+        assert slot not in slots, "the slot the DROP left still holds the upstream's WAL"
+        assert "sparkwave_t" not in publications
+        assert json.loads(s.catalog.setting(KEY) or "{}") == {}, "the record outlived the release"

@@ -31,8 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int, default=4566)
     p_serve.add_argument("--http-port", type=int, default=5691, help="the dashboard, /metrics and /health (0: none)")
     p_serve.add_argument("--spark-master", default=None, help="default: $SPARKWAVE_SPARK_MASTER or local[*]")
+    p_serve.add_argument("--spark-remote", default=None, metavar="sc://HOST:PORT",
+                         help="a Spark Connect server to run on instead of a Spark of this process")
     p_serve.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark setting (repeatable)")
     p_serve.add_argument("--password", default=None, help="enables SCRAM-SHA-256 (or $SPARKWAVE_PASSWORD)")
+    p_serve.add_argument("--catalog", default=None, help="the catalog in PostgreSQL: postgresql://user@host/db (its "
+                         "password from $PGPASSWORD or ~/.pgpass; never written). Default: the warehouse's own")
+    p_serve.add_argument("--standby", action="store_true", help="with a PostgreSQL catalog: wait for the owner "
+                         "to stop, then take the warehouse over")
     p_serve.add_argument("--barrier-interval-ms", type=int, default=1000, help=argparse.SUPPRESS)
     p_jobs = sub.add_parser("jobs", help="show the jobs of a warehouse (works beside a running owner)")
     p_jobs.add_argument("--warehouse", required=True)

@@ -77,12 +77,18 @@ def serve(args: Any, out: TextIO = sys.stdout) -> int:
     from sparkwave.storage.warehouse import Warehouse
 
     wh = Warehouse(args.warehouse)
-    wh.open()  # a new warehouse is made before logs/ is written into its folder; anything else is refused
-    if is_owned(wh.owner_path):
+    wh.open(getattr(args, "catalog", None))  # a new warehouse is made before logs/ is written into its folder
+    if is_owned(wh.owner_path) and not getattr(args, "standby", False):
         raise ServeError(f"warehouse {args.warehouse} is owned by {describe_owner(wh.owner_path)}; stop it first")
     log_path = wh.root / "logs" / "spark.log"
-    spark = _start_spark(wh.root, log_path, args.spark_master, conf)
-    console(f"spark started ({spark.sparkContext.master}); its log: {log_path}")
+    remote = getattr(args, "spark_remote", None)
+    if remote and args.spark_master:
+        raise ServeError("--spark-master and --spark-remote exclude each other: Spark runs here or on a Connect server")
+    spark = _connect_spark(log_path, remote, conf) if remote else _start_spark(wh.root, log_path, args.spark_master,
+                                                                               conf)
+    from sparkwave.core.spark_features import describe
+
+    console(f"spark {'connected' if remote else 'started'} ({describe(spark)}); its log: {log_path}")
     return _run(args, console, spark, password)
 
 
@@ -92,6 +98,11 @@ def _run(args: Any, console: Console, spark: Any, password: str | None) -> int:
     from sparkwave.server.listener import Listener
     from sparkwave.server.session_backend import SessionBackend
 
+    if getattr(args, "standby", False):  # Spark is up: a takeover costs the recovery only (SIGTERM ends the wait)
+        from sparkwave.meta.ownership import wait_until_unowned
+        from sparkwave.storage.warehouse import Warehouse
+        console("standby: waiting for the warehouse's owner to stop")
+        wait_until_unowned(Warehouse(args.warehouse).owner_path)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -105,7 +116,7 @@ def _run(args: Any, console: Console, spark: Any, password: str | None) -> int:
             console(f"epoch {report.epoch} replayed (planned before a stop or a failure) and committed")
 
     session = connect(args.warehouse, spark=spark, barrier_interval_ms=args.barrier_interval_ms,
-                                on_epoch=on_epoch)
+                                on_epoch=on_epoch, catalog=getattr(args, "catalog", None))
     session.ddl.progress_bars = False  # a client's foreground CREATE waits without drawing on the server's console
     console(f"warehouse {Path(args.warehouse).resolve()} open at epoch {session.committed_epoch}")
     backend = SessionBackend(session, on_event=console)
@@ -158,7 +169,9 @@ def _close(session: Any, console: Console) -> None:
         console(f"still stopping after {STOP_GRACE_S:.0f} s: abandoning the running epoch (replayed at the next "
                 "start) and cancelling Spark's jobs")
         session.loop.abandon()
-        session.spark.sparkContext.cancelAllJobs()
+        from sparkwave.core.spark_features import interrupt_all
+
+        interrupt_all(session.spark)
         done.wait(STOP_HARD_S)
     if error:
         console(f"stop: {type(error[0]).__name__}: {error[0]}")
@@ -202,6 +215,23 @@ def _start_spark(root: Path, log_path: Path, master: str | None, conf: dict[str,
         return create_spark(master, conf)
 
 
+def _connect_spark(log_path: Path, url: str, conf: dict[str, str]) -> Any:
+    """A Spark Connect session: the client's own log lines (gRPC, pyspark) go to the log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("pyspark", "grpc"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.propagate = False
+    from sparkwave.core.spark import connect_spark
+
+    try:
+        return connect_spark(url, conf)
+    except Exception as e:
+        raise ServeError(f"no Spark Connect session at {url}: {str(e).strip().splitlines()[0][:300]}") from None
+
+
 # --- the address file ----------------------------------------------------------------------------
 def write_server_file(warehouse: Path, host: str, port: int, http_port: int | None = None) -> None:
     path = warehouse / SERVER_FILE
@@ -233,6 +263,7 @@ class _Watcher(threading.Thread):
         self.pipeline: str | None = None
 
     def run(self) -> None:
+        from sparkwave.core.errors import OwnershipError
         from sparkwave.meta.progress import job_infos, sink_infos
 
         first = True
@@ -241,6 +272,11 @@ class _Watcher(threading.Thread):
                 self._jobs(job_infos(self.session.catalog), first)
                 self._sinks(sink_infos(self.session.catalog))
                 self._pipeline(self.session.pipeline_error)
+                self.session.check_ownership()
+            except OwnershipError as e:  # another host's standby took over: this server must stop serving
+                self.console(f"stopping: {e}")
+                self.stop.set()
+                return
             except Exception as e:  # the catalog closing under a stop, say: the next round tells
                 if self.stop.is_set():
                     return

@@ -3,7 +3,7 @@
     CREATE TABLE t (id int PRIMARY KEY, ...) WITH (connector = 'postgres-cdc', hostname = 'host' | '/socket/dir',
         port = '5432', username = '...', password = '...', database.name = '...', schema.name = 'public',
         table.name = '...' [, slot.name = '...', publication.name = '...', snapshot = 'true',
-        snapshot.batch_size = n, source_rate_limit = n, max.rows.per.epoch = n])
+        snapshot.batch_size = n, snapshot.parallelism = n, source_rate_limit = n, max.rows.per.epoch = n])
 
 At CREATE a publication of the table (created if absent) and a logical replication slot (`pgoutput`,
 created if absent) are made; the slot's position is where the stream starts. Two splits:
@@ -12,10 +12,12 @@ created if absent) are made; the slot's position is where the stream starts. Two
   decoded by `pgoutput.py`. The end is committed with the epoch; the slot is advanced to the committed
   position (`pg_replication_slot_advance`) only at the next plan, after that commit, so a crash
   anywhere replays from the slot, and transactions before the committed position are filtered out.
-- `backfill`: the CDC backfill's position, the next primary-key value to read (a single integer
-  key; other keys are read in one chunk). An epoch of the backfill reads one chunk, `WHERE k >= pos
-  ORDER BY k LIMIT n`, in a REPEATABLE READ transaction, then a WAL position X written after its
-  snapshot (a flushed logical message no publication decodes); the epoch's stream range ends at X.
+- `backfill` (`backfill.1`, ... for a composite key's further columns): the CDC backfill's position,
+  the next primary-key value to read (integer key columns; other keys are read in one chunk). An
+  epoch of the backfill reads one chunk, `WHERE k >= pos ORDER BY k LIMIT n`, in a REPEATABLE READ
+  transaction, then a WAL position X written after its snapshot (a flushed logical message no
+  publication decodes); the epoch's stream range ends at X or later (`postgres_cdc_backfill.py`
+  reads a chunk by several connections at one snapshot, and reads the next one while the epoch runs).
   Stream changes of keys at or past the backfill's position are left out (the chunk that reads them
   later has them); those below it, the chunk's included, are applied after the chunk's rows in
   commit order.
@@ -24,7 +26,8 @@ Why that is exact: every change is a full row image of its key (an insert or upd
 row, a delete removes the key), so the last change of a key in `[start, X)` is its row at X,
 whatever the chunk saw; a key without one keeps the chunk's row, which is its row at X because the
 chunk's snapshot sees every transaction committed before `start` (it was taken after the previous
-epoch's plan) and none committed at or after X (X was read after the snapshot). A TOASTed value an
+epoch's plan, and a transaction of the previous range not yet visible to it fails the chunk) and
+none committed at or after X (X was read after the snapshot). A TOASTed value an
 update left unchanged is not sent: it is taken from the old row (REPLICA IDENTITY FULL), else the
 change is set aside as a bad record naming the fix. After a crash a replayed backfill epoch reads
 its chunk's key range again at a newer snapshot: its keys may run ahead of the epoch's position
@@ -33,7 +36,8 @@ until the stream passes the replay's, and nothing is lost or doubled (full image
 A changed upstream table (the Relation message differs from the declared columns) or a TRUNCATE
 stops the source at that transaction, saying so in SHOW JOBS and SHOW SOURCES. DROP TABLE drops the
 slot and the publication its CREATE made (never those the user named that existed before), so no
-slot of ours holds WAL forever; CREATE refuses a slot another table of the warehouse reads. A
+slot of ours holds WAL forever (a DROP killed before the slot's drop, or whose upstream was down:
+the next open drops it, `postgres_cdc_release.py`); CREATE refuses a slot another table of the warehouse reads. A
 `hostname` (any host of a list) that is a Unix-socket directory connects only where the server asks for the password
 (libpq's require_auth): a socket that trusts the peer would let a CREATE act as the owner's own
 operating-system user, which the PostgreSQL sink refuses for the same reason."""
@@ -45,7 +49,6 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -55,6 +58,7 @@ from sparkwave.connectors.base import Connector
 from sparkwave.connectors.files import read_ddl
 from sparkwave.connectors.options import Options, boolean, choice, integer, max_rows_per_epoch, rate_limit, text
 from sparkwave.connectors.pgoutput import UNCHANGED, Change, Decoder, PgoutputError, RelationInfo, Txn
+from sparkwave.connectors.postgres_cdc_backfill import Chunk, ChunkReader, Key, Prefetch, read_chunk
 from sparkwave.connectors.postgres_cdc_check import (
     column_problems,
     estimate,
@@ -63,15 +67,7 @@ from sparkwave.connectors.postgres_cdc_check import (
     type_name,
     upstream_columns,
 )
-from sparkwave.connectors.postgres_cdc_values import (
-    SESSION_SETTINGS,
-    UPSERT,
-    IntentRows,
-    RowParser,
-    arrow_columns,
-    csv_texts,
-    raw_text,
-)
+from sparkwave.connectors.postgres_cdc_values import SESSION_SETTINGS, UPSERT, IntentRows, RowParser, raw_text
 from sparkwave.core.crash import crash_point
 from sparkwave.core.errors import SqlError
 from sparkwave.core.local_frames import local_batches
@@ -84,7 +80,6 @@ LSN, BACKFILL, BACKFILLED = "lsn", "backfill", "backfilled"
 ROWS_READ, ROWS_ESTIMATE, STARTED = "backfill_rows", "rows_estimate", "backfill_started"
 # Set at CREATE: what the CREATE made upstream (OWN_SLOT | OWN_PUBLICATION), which DROP alone drops.
 MADE, OWN_SLOT, OWN_PUBLICATION = "made", 1, 2
-DONE = (1 << 63) - 1  # as a position: past every key (the backfill is done); never stored
 KEY_DELETE = 5  # core/chunk.py's intents (UPSERT: 4)
 IDLE_ADVANCE_BYTES = 1 << 20  # with no change of the table, the position moves once the WAL moved this far
 STATEMENT_TIMEOUT_MS = 120_000
@@ -104,6 +99,7 @@ OPTIONS = Options(
     text("publication.name"),
     boolean("snapshot", True),
     integer("snapshot.batch_size", 1, 10**7, 10_000),
+    integer("snapshot.parallelism", 1, 16, 4),  # connections reading a chunk of a single integer key at once
     rate_limit("source_rate_limit"),
     max_rows_per_epoch(),
 )
@@ -115,14 +111,6 @@ class CdcStopped(SqlError):
 
 def lsn_text(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-@dataclass
-class Chunk:
-    rows: pa.Table  # text values (strings), in the declared columns' order
-    next: int  # the backfill's position after it
-    wal: int  # a WAL position written after its snapshot (`_mark`)
-    done: bool  # the last chunk
 
 
 class PostgresCdc(Connector):
@@ -146,14 +134,15 @@ class PostgresCdc(Connector):
                 raise SqlError(f"{self.where}: {what} {name!r} must be 1 to 63 lower-case letters, digits or "
                                "underscores (PostgreSQL's rule for slot names)")
         self.key = list(schema.key)
-        self.int_key = len(self.key) == 1 and schema.columns[schema.names.index(self.key[0])].type.name in (
-            "smallint", "int", "bigint")
+        # A composite integer key's position: one split a column (`backfill` the first, `backfill.1` ...).
+        self.key_splits = [BACKFILL] + [f"{BACKFILL}.{i}" for i in range(1, len(self.key))]
         self._conn: Any = None
         self._types: dict[int, str] = {}
         self._planned: dict[str, pa.RecordBatch] = {}
         self._positions: list[tuple[str, int]] = []
         self._retry_at = 0.0
         self._failures = 0
+        self._decoded: tuple[int, list[int]] = (-1, [])  # the last planned stream range's end, its xids
 
     @functools.cached_property
     def columns(self) -> list[tuple[str, SqlType]]:
@@ -162,6 +151,20 @@ class PostgresCdc(Connector):
             raise SqlError(f"{self.where}: the primary key is read from upstream: {', '.join(sorted(computed_key))} "
                            "cannot be a generated column")
         return [(c.name, c.type) for c in self.schema.columns if c.name not in self.computed]
+
+    @functools.cached_property
+    def reader(self) -> ChunkReader:
+        return ChunkReader(self._ident(), self.columns, self.key, self.int_option("snapshot.parallelism"),
+                           self._open)
+
+    @functools.cached_property
+    def prefetch(self) -> Prefetch:
+        return Prefetch(self.reader, self._open)
+
+    @property
+    def int_key(self) -> bool:
+        """A single integer key: its chunks' key ranges are known absent from the table (`absent_keys`)."""
+        return self.reader.chunked and len(self.key) == 1
 
     @functools.cached_property
     def parser(self) -> RowParser:
@@ -190,21 +193,29 @@ class PostgresCdc(Connector):
     # --- the connection ----------------------------------------------------------------------------
     def _connect(self) -> Any:
         if self._conn is None or self._conn.closed:
-            import psycopg
-            settings = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
-            # Over a Unix socket the server may trust the peer's operating-system user: the connection
-            # must then prove the password, or a CREATE could act as the owner's own user (issue 43's rule
-            # for the PostgreSQL sink, which refuses sockets). libpq refuses a server that does not ask.
-            # Any host of a list: libpq falls back to the next host when one fails.
-            extra: dict[str, Any] = {"require_auth": "password,md5,scram-sha-256"} if self._socket() else {}
-            self._conn = psycopg.connect(
-                host=self.value("hostname"), port=self.value("port"), user=self.value("username"),
-                password=self.value("password") or "", dbname=self.value("database.name"), autocommit=True,
-                connect_timeout=5, application_name="sparkwave-cdc",
-                options=f"{settings} -c statement_timeout={STATEMENT_TIMEOUT_MS}", **extra)
+            self._conn = self._open()
         return self._conn
 
+    def _open(self) -> Any:
+        """A new connection to the upstream with the session's settings (the chunk reads' too)."""
+        import psycopg
+        settings = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+        # Over a Unix socket the server may trust the peer's operating-system user: the connection
+        # must then prove the password, or a CREATE could act as the owner's own user (issue 43's rule
+        # for the PostgreSQL sink, which refuses sockets). libpq refuses a server that does not ask.
+        # Any host of a list: libpq falls back to the next host when one fails.
+        extra: dict[str, Any] = {"require_auth": "password,md5,scram-sha-256"} if self._socket() else {}
+        return psycopg.connect(
+            host=self.value("hostname"), port=self.value("port"), user=self.value("username"),
+            password=self.value("password") or "", dbname=self.value("database.name"), autocommit=True,
+            connect_timeout=5, application_name="sparkwave-cdc",
+            options=f"{settings} -c statement_timeout={STATEMENT_TIMEOUT_MS}", **extra)
+
     def close(self) -> None:
+        if "prefetch" in self.__dict__:
+            self.prefetch.close()
+        if "reader" in self.__dict__:
+            self.reader.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -239,20 +250,12 @@ class PostgresCdc(Connector):
         made |= OWN_SLOT if slot_made else 0
         if not self.value("snapshot"):
             return {LSN: int(lsn), BACKFILLED: 1, MADE: made}
-        return {LSN: int(lsn), BACKFILL: self._first_key(), ROWS_READ: 0, ROWS_ESTIMATE: estimate(conn, self._ident()),
+        first = dict(zip(self.key_splits, self.reader.first_key(conn), strict=True))
+        return {LSN: int(lsn), **first, ROWS_READ: 0, ROWS_ESTIMATE: estimate(conn, self._ident()),
                 STARTED: int(time.time()), MADE: made}
 
     def _regclass(self) -> str:
         return str(self._ident().as_string(self._connect()))
-
-    def _first_key(self) -> int:
-        """The backfill's first position: the least key, read after the slot was made (which waited
-        for the transactions running then), so a key inserted below it later comes by the stream."""
-        if not self.int_key:
-            return 0
-        from psycopg import sql
-        low = self._one(sql.SQL("SELECT min({}) FROM {}").format(sql.Identifier(self.key[0]), self._ident()))
-        return 0 if low is None else int(low)
 
     def _check_columns(self) -> None:
         conn = self._connect()
@@ -314,13 +317,6 @@ class PostgresCdc(Connector):
         than a well-defined end (a transaction committed after it goes to the next epoch)."""
         return int(self._one("SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint"))
 
-    def _mark(self) -> int:
-        """A position past every transaction committed (visible) so far, flushed: the end of a WAL
-        record written now (a logical message no publication decodes, flushed by the call). The WAL
-        insert position would do, but waiting for its flush may never end while the server is idle
-        (at a page boundary it lies past the last record)."""
-        return int(self._one("SELECT (pg_logical_emit_message(false, 'sparkwave', '', true) - '0/0')::bigint"))
-
     def _changes(self, start: int, upto: int, limit: int | None) -> tuple[list[Txn], bool, CdcStopped | None]:
         """The table's transactions committed in `[start, upto)`, whole, at most `limit` changes (at
         least one transaction); whether they are all of them; and why the stream stops after them."""
@@ -373,55 +369,12 @@ class PostgresCdc(Connector):
         return self._types[oid]
 
     # --- the backfill ------------------------------------------------------------------------------
-    def _select(self, where: Any, params: tuple, limit: int | None) -> Any:
-        from psycopg import sql
-        # Each value in its type's output form, as pgoutput sends it (COPY's CSV is that form; a `::text`
-        # cast is not: it trims char(n)'s padding, spells booleans 'true', gives an inet's /32).
-        # Output names of their own: ORDER BY a bare name would sort by the output column.
-        cols = sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.Identifier(n), sql.Identifier(f"_c{i}"))
-                                  for i, (n, _) in enumerate(self.columns))
-        query = sql.SQL("SELECT {} FROM {}").format(cols, self._ident()) + where
-        if self.int_key:
-            query += sql.SQL(" ORDER BY {}").format(sql.Identifier(self.key[0]))
-        if limit is not None:
-            query += sql.SQL(" LIMIT {}").format(sql.Literal(limit))
-        return query, params
-
-    def _read_chunk(self, pos: int, end: int | None, limit: int | None) -> Chunk:
+    def _read_chunk(self, pos: Key, end: Key | None, limit: int | None, prior: list[int] | None = None) -> Chunk | None:
         """The rows of keys in `[pos, end)` (`end` None: from `pos`, at most `limit`), in one
-        REPEATABLE READ transaction, and the WAL position after its snapshot."""
-        from psycopg import sql
-        conn = self._connect()
-        where: Any = sql.SQL("")
-        if self.int_key:  # literals: COPY takes no parameters
-            k = sql.Identifier(self.key[0])
-            if end is None:
-                where = sql.SQL(" WHERE {} >= {}").format(k, sql.Literal(pos))
-            else:
-                where = sql.SQL(" WHERE {} >= {} AND {} < {}").format(k, sql.Literal(pos), k, sql.Literal(end))
-        else:
-            limit = None  # one chunk: the whole table
-        query, _ = self._select(where, (), limit)
-        data = bytearray()
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            conn.execute("SELECT pg_current_snapshot()")  # the snapshot is taken here, by the first statement
-            # COPY's CSV into Arrow: ~10x a fetch of Python rows (the chunk read's cost was the driver's)
-            with conn.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)) as copy:
-                for block in copy:
-                    data += block
-        finally:
-            conn.execute("COMMIT")
-        rows = csv_texts(bytes(data), len(self.columns))
-        wal = self._mark()  # after the snapshot
-        done = not self.int_key or limit is None or rows.num_rows < limit
-        if end is None:
-            end = pos + 1 if not self.int_key else \
-                min(DONE, int(rows.column(self._key_slot())[-1].as_py()) + 1) if rows.num_rows else pos
-        return Chunk(rows, end, wal, done)
-
-    def _key_slot(self) -> int:
-        return [n for n, _ in self.columns].index(self.key[0])
+        REPEATABLE READ transaction (`postgres_cdc_backfill.py`), and the WAL position after its
+        snapshot; None if a transaction of `prior` (committed before the stream's start) is not visible."""
+        self.prefetch.wait()  # the reader's connections are one reader's at a time
+        return read_chunk(self._connect(), self.reader, pos, end, limit, prior or ())
 
     # --- planning and reading ----------------------------------------------------------------------
     def plan(self, committed: dict[str, int], elapsed_ms: float) -> dict[str, list[int]]:
@@ -446,18 +399,22 @@ class PostgresCdc(Connector):
         return ranges
 
     def _plan(self, committed: dict[str, int], budget: int) -> dict[str, list[int]]:
-        start, pos, done = committed.get(LSN, 0), committed.get(BACKFILL, 0), BACKFILLED in committed
+        start, pos, done = committed.get(LSN, 0), self._committed_key(committed), BACKFILLED in committed
         self._advance(start)
         target = self._wal_position()
         txns, complete, stop = self._changes(start, target, budget)
         chunk = None
         room = budget - sum(len(t.changes) for t in txns)
+        limit = min(room, self.int_option("snapshot.batch_size"))
         if complete and not done and room > 0:
-            chunk = self._read_chunk(pos, None, min(room, self.int_option("snapshot.batch_size")))
+            prior = self._decoded[1] if self._decoded[0] == start else []  # the xids of the range before
+            chunk = self.prefetch.take(pos, start, limit) or self._read_chunk(pos, None, limit, prior)
             crash_point("cdc_after_chunk_read")
-            target = chunk.wal
-            txns, complete, stop = self._changes(start, target, None)
-            if stop is not None:  # the chunk saw past where the stream stops: it is not taken
+            # The range must end after the chunk's snapshot; a chunk read ahead was, before `target`.
+            if chunk is not None and chunk.wal > target:
+                target = chunk.wal
+                txns, complete, stop = self._changes(start, target, None)
+            if stop is not None:  # the chunk may have seen past where the stream stops: it is not taken
                 chunk = None
         end = target if complete else (txns[-1].end_lsn if txns else start)
         self.status = None if stop is None else str(stop)
@@ -465,16 +422,36 @@ class PostgresCdc(Connector):
         if end > start and (txns or chunk is not None or end - start >= IDLE_ADVANCE_BYTES):
             ranges[LSN] = [start, end]
         if chunk is not None:
-            ranges[BACKFILL] = [pos, chunk.next]
+            ranges.update({s: [a, b] for s, a, b in zip(self.key_splits, pos, chunk.next, strict=True)})
             read = committed.get(ROWS_READ, 0)
             ranges[ROWS_READ] = [read, read + chunk.rows.num_rows]
             if chunk.done:
                 ranges[BACKFILLED] = [0, 1]
         elif ranges and not done:  # a replay's read needs the position, which the epoch keeps
-            ranges[BACKFILL] = [pos, pos]
+            ranges.update({s: [a, a] for s, a in zip(self.key_splits, pos, strict=True)})
         if ranges:
-            self._planned = {_key(ranges): self._batch(chunk.rows if chunk else None, txns, _position(ranges))}
+            self._planned = {_key(ranges): self._batch(chunk, txns, self._position(ranges))}
+        if LSN in ranges:
+            self._decoded = (end, [t.xid for t in txns])
+        if chunk is not None and not chunk.done and LSN in ranges:  # the next chunk, while this epoch runs
+            self.prefetch.start(chunk.next, end, limit, self._decoded[1])
+        elif chunk is not None and chunk.done:
+            self.prefetch.close()  # its connection is not needed again
         return ranges
+
+    def _committed_key(self, committed: dict[str, int]) -> Key:
+        """The backfill's position; a composite key's table made before its columns had splits of their
+        own (read in one chunk then) starts from the least key any could have."""
+        if all(s in committed for s in self.key_splits):
+            return tuple(committed[s] for s in self.key_splits)
+        return tuple(-(1 << b) for b in self.reader.bits)
+
+    def _position(self, ranges: dict[str, list[int]]) -> Key | None:
+        """The backfill's position once the epoch of `ranges` is done (None: every key's changes
+        apply): while the backfill runs, every epoch's ranges name it."""
+        if BACKFILL not in ranges or BACKFILLED in ranges:
+            return None
+        return tuple(ranges[s][1] for s in self.key_splits)
 
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
         return local_batches(spark, [self.read_arrow(ranges)], read_ddl(self.schema))
@@ -495,11 +472,11 @@ class PostgresCdc(Connector):
                 txns, _, stop = self._changes(start, end, None)
                 if stop is not None:
                     raise stop
-            rows = None
-            if BACKFILL in ranges and ranges[BACKFILL][1] > ranges[BACKFILL][0]:
-                lo, hi = ranges[BACKFILL]
-                rows = self._read_chunk(lo, hi, None).rows
-            batch = self._batch(rows, txns, _position(ranges))
+            chunk = None
+            lo, hi = (tuple(ranges.get(s, [0, 0])[i] for s in self.key_splits) for i in (0, 1))
+            if BACKFILL in ranges and hi > lo:
+                chunk = self._read_chunk(lo, hi, None)  # names no xid: never None
+            batch = self._batch(chunk, txns, self._position(ranges))
         return batch
 
     def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
@@ -509,16 +486,17 @@ class PostgresCdc(Connector):
         return pa.array([s for s, _ in at], pa.string()), pa.array([o for _, o in at], pa.int64())
 
     # --- rows --------------------------------------------------------------------------------------
-    def _batch(self, chunk: pa.Table | None, txns: list[Txn], pos: int) -> pa.RecordBatch:
+    def _batch(self, chunk: Chunk | None, txns: list[Txn], pos: Key | None) -> pa.RecordBatch:
         """The epoch's intents: the chunk's rows as upserts, then each change of a key below the
-        backfill's position `pos`, in commit order."""
+        backfill's position `pos` (None: every key), in commit order."""
         out = IntentRows(len(self.columns))
         names = [n for n, _ in self.columns]
-        bulk = arrow_columns(self.columns, chunk.columns) if chunk is not None and chunk.num_rows else None
+        bulk = chunk.values if chunk is not None and chunk.rows.num_rows else None
         if bulk is not None:
             out.positions = [(BACKFILL, 0)] * len(bulk[0])  # no bad row among them
-        key_slot = self._key_slot() if self.int_key else -1
-        slow = zip(*[c.to_pylist() for c in chunk.columns], strict=True) if chunk is not None and bulk is None else []
+        key_slot = self.reader.slots[0] if self.int_key else -1
+        slow = zip(*[c.to_pylist() for c in chunk.rows.columns], strict=True) if chunk is not None and bulk is None \
+            else []
         for texts in slow:
             at = int(texts[key_slot]) if key_slot >= 0 and texts[key_slot] is not None else 0
             self._add(out, UPSERT, dict(zip(names, texts, strict=True)), (BACKFILL, at))
@@ -540,7 +518,7 @@ class PostgresCdc(Connector):
         return pa.RecordBatch.from_arrays(cols + [batch.column(n) for n in extra],
                                           names=[*self.schema.names, *extra])
 
-    def _change(self, out: IntentRows, change: Change, names: list[str], pos: int, txn: Txn) -> None:
+    def _change(self, out: IntentRows, change: Change, names: list[str], pos: Key | None, txn: Txn) -> None:
         where = (LSN, txn.commit_lsn)
         old = dict(zip(names, change.old, strict=True)) if change.old is not None else None
         new = dict(zip(names, change.new, strict=True)) if change.new is not None else None
@@ -565,14 +543,14 @@ class PostgresCdc(Connector):
         if new is not None and self._below(new, pos):
             self._add(out, UPSERT, new, where)
 
-    def _below(self, row: dict[str, Any], pos: int) -> bool:
+    def _below(self, row: dict[str, Any], pos: Key | None) -> bool:
         """Whether the row's key is one the backfill has passed (its changes apply)."""
-        if pos == DONE:
+        if pos is None:
             return True
-        if not self.int_key or row[self.key[0]] is None:
+        if not self.reader.chunked or any(row[k] is None for k in self.key):
             return False
         try:
-            return int(str(row[self.key[0]])) < pos
+            return tuple(int(str(row[k])) for k in self.key) < pos  # integers: PostgreSQL's row order
         except ValueError:
             return True  # set aside by the parse, which names the value
 
@@ -583,12 +561,6 @@ class PostgresCdc(Connector):
         except ValueError as e:
             out.bad(f"{self.where}: {'the backfill' if where[0] == BACKFILL else f'LSN {lsn_text(where[1])}'}: {e}",
                     raw_text(texts), where)
-
-
-def _position(ranges: dict[str, list[int]]) -> int:
-    """The backfill's position once the epoch of `ranges` is done (`DONE`: every key's changes apply):
-    while the backfill runs, every epoch's ranges name it."""
-    return ranges[BACKFILL][1] if BACKFILL in ranges and BACKFILLED not in ranges else DONE
 
 
 def _key(ranges: dict[str, list[int]]) -> str:

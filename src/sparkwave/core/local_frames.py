@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
 
-from sparkwave.core import policy
+from sparkwave.core import policy, spark_features
 
 __all__ = ["local_batches", "local_frame", "local_rows", "offsets", "to_arrow"]
 
@@ -65,17 +65,22 @@ def to_arrow(df: DataFrame, schema: pa.Schema | None = None) -> pa.Table:
     the optimizer folded the frame into a local relation it evaluates (`policy.runs_locally`)."""
     if schema is None:
         schema = to_arrow_schema(df.schema, timezone="UTC", error_on_duplicated_field_names_in_struct=True)
-    rows = local_rows(df, schema)
+    # (on Spark Connect, `toArrow()` of a local relation runs no job already: no plan check first)
+    rows = None if spark_features.is_connect(df.sparkSession) else local_rows(df, schema)
     return rows if rows is not None else df.toArrow().select(schema.names).cast(schema)
 
 
 def local_rows(df: DataFrame, schema: pa.Schema) -> pa.Table | None:
     """`df`'s rows in `schema` (by name) if the optimizer folded the frame into a local relation of
     rows it evaluates (`policy.runs_locally`) whose values come back exactly: no Spark job. Else None."""
-    plan = df._jdf.queryExecution().optimizedPlan()
-    if not (plan.getClass().getSimpleName() == "LocalRelation" and policy.runs_locally(plan.data().size())
-            and all(any(is_(f.type) for is_ in _PLAIN) for f in schema)):
+    if not all(any(is_(f.type) for is_ in _PLAIN) for f in schema):
         return None
+    size = spark_features.local_relation_size(df)
+    if size is None or (size >= 0 and not policy.runs_locally(size)):
+        return None
+    if size < 0:  # Spark Connect: the server returns a local relation's rows without a job
+        rows = df.toArrow()
+        return rows.select(schema.names).cast(schema) if policy.runs_locally(rows.num_rows) else None
     try:
         return _from_rows(df.schema, df.collect(), schema)
     except (ValueError, OverflowError):  # a TIMESTAMP near year 1 or 9999 in local time: Arrow's way

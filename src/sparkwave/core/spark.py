@@ -13,10 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.util import inheritable_thread_target
 
+from sparkwave.core import spark_features
 from sparkwave.core.errors import SparkwaveError
 
 REQUIRED_CONF = {
@@ -90,20 +89,32 @@ def create_spark(master: str | None = None, conf: dict[str, str] | None = None) 
     spark = builder.getOrCreate()
     for k, v in REQUIRED_CONF.items():
         spark.conf.set(k, v)
-    spark.sparkContext.setLogLevel("ERROR")
+    spark_features.quiet(spark)
     quiet_query_context_logs()
     return spark
 
 
+def connect_spark(url: str, conf: dict[str, str] | None = None) -> SparkSession:
+    """A Spark Connect session on the server at `url` (`sc://host:port`; `sparkwave serve
+    --spark-remote`), its settings as sparkwave needs them. `conf`: more session settings. No local JVM:
+    the server runs the jobs, and its Python workers need sparkwave installed (`spark_features`)."""
+    try:
+        import grpc  # noqa: F401 (PySpark's Connect client)
+    except ImportError:
+        raise SparkwaveError("a Spark Connect session needs the Connect client's packages: "
+                             "pip install 'sparkwave[connect]'") from None
+    builder = SparkSession.builder.remote(url)
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    configure(spark)
+    return spark
+
+
 def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
-    """No rows of the schema `ddl`, as an empty local relation built in the JVM. PySpark's
-    `createDataFrame([], ddl)` makes a Python RDD instead: every job over it ran Python tasks for
-    its empty partitions (a fixed cost on every small backfill job), and Spark's optimizer cannot
-    see that it is empty, so a union or anti-join with it is not pruned."""
-    jvm = spark._jvm
-    assert jvm is not None
-    schema = jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl)
-    return DataFrame(spark._jsparkSession.createDataFrame(jvm.java.util.ArrayList(), schema), spark)
+    """No rows of the schema `ddl`, as an empty local relation Spark's optimizer sees
+    (`spark_features.empty_frame`)."""
+    return spark_features.empty_frame(spark, ddl)
 
 
 T = TypeVar("T")
@@ -111,11 +122,11 @@ T = TypeVar("T")
 
 def concurrently(spark: SparkSession, fns: list[Callable[[], T]]) -> list[T]:
     """Run Spark actions from threads of their own, so that their jobs overlap, with the caller's
-    Spark local properties (its scheduler pool and job group: a cancel stops them too)."""
+    job tags (a cancel stops them too) and, on classic Spark, its scheduler pool."""
     if len(fns) <= 1:
         return [fn() for fn in fns]
 
-    @inheritable_thread_target(spark)
+    @spark_features.inheriting(spark)
     def run(fn: Callable[[], T]) -> T:
         return fn()
 
@@ -135,7 +146,7 @@ def acquire_spark() -> SparkSession:
     global _started, _users
     with _started_lock:
         if _started is None:
-            if SparkContext._active_spark_context is not None:
+            if spark_features.classic_running():
                 spark = SparkSession.builder.getOrCreate()
                 configure(spark)
                 return spark

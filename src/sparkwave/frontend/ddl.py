@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -13,7 +12,9 @@ from typing import Any
 from sqlglot import exp
 
 from sparkwave.connectors import SOURCE_CONNECTORS, connector_class, make_connector, refuse_shared
-from sparkwave.core.catalog import Relation
+from sparkwave.connectors.postgres_cdc_release import hold, release_held
+from sparkwave.core.catalog import CatalogDb, Relation
+from sparkwave.core.crash import crash_point
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.names import relation_name
 from sparkwave.core.schema import Column, Schema, column_name_problem, parse_type
@@ -279,7 +280,7 @@ class Ddl:
                     self.catalog.add_base(db, t.name, epoch, b.version, sum(b.rows), b.files)
         return None
 
-    def _record_source_snapshots(self, db: sqlite3.Connection, upstreams: list[str], epoch: int) -> None:
+    def _record_source_snapshots(self, db: CatalogDb, upstreams: list[str], epoch: int) -> None:
         """Each source upstream's history at S (`_source_snapshot`), for the job to read from Kafka."""
         for u in upstreams:
             if self.rt.relation(u).kind == "source":
@@ -385,6 +386,7 @@ class Ddl:
     def drop_relation(self, name: str) -> None:
         """Drop a table or MV that no MV or sink depends on."""
         with self.locks.ddl, self._between_epochs():
+            hold(self.catalog, self.catalog.relation(name))  # released below, or when the warehouse opens again
             with self.catalog.transaction() as db:  # the check too: a CREATE registers without `locks.epoch`
                 dependents = [r.name for r in self.catalog.relations(creating=True) if name in r.upstreams]
                 if dependents:
@@ -399,16 +401,5 @@ class Ddl:
             self.warehouse.remove_tree(self.warehouse.relation_dir(name))
             self.catalog.folder_removed(name)
         if rel is not None and rel.spec.connector:
-            self._release(rel)
-
-    def _release(self, rel: Relation) -> None:
-        """What a dropped table's connector holds outside (a replication slot) is given back; an
-        outside system that cannot be reached does not fail the DROP, which says so in the log."""
-        try:
-            conn = make_connector(rel.name, rel.schema, rel.spec.connector or {})
-            try:
-                conn.release(rel.spec.startup_offsets)
-            finally:
-                conn.close()
-        except Exception as e:
-            log.warning("DROP %s: could not release what its connector holds outside: %s", rel.name, e)
+            crash_point("drop_before_release")
+            release_held(self.catalog, rel.name)  # an upstream out of reach: the log says so, the next open retries

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from sparkwave.core import policy
+from sparkwave.core import policy, spark_features
 from sparkwave.core.catalog import Relation
 from sparkwave.core.chunk import Op, vnode
 from sparkwave.core.errors import CatalogError, DataError, SqlError
@@ -137,7 +137,7 @@ def stage(rt: Runtime, rel: Relation, df: DataFrame, op: Op) -> int:
     if local is not None:
         return _stage_arrow(rt, rel, local, op)
     batch = rt.catalog.next_counter("dml_batch", 1)
-    partitions = max(1, df.rdd.getNumPartitions())
+    df, partitions = spark_features.bounded_partitions(df)
     first = reserve_ids(rt, batch, partitions * PARTITION_IDS)
     seq = F.lit(first) + F.monotonically_increasing_id()
     if "_row_id" in rel.schema.key and "_row_id" not in df.columns:

@@ -6,7 +6,7 @@ evaluated as the materialized views' `ProjectSet` does (`stream/project_set.py`)
 translated and typed as PostgreSQL types them, its array guarded (empty where the step leads away
 from the end or an argument is NULL, a step of 0 the error "step size cannot equal zero", more than
 `MAX_SERIES_ROWS` elements an error), the calls of one SELECT list in lockstep (the longest decides,
-a shorter one gives NULL). The rows become a temporary view that the query reads in the call's
+a shorter one gives NULL). The rows become a view (of this query alone) that it reads in the call's
 place. A call over a table's columns stays refused (`postgres.translated_tree` says where SRFs run).
 """
 
@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
+from sparkwave.core import spark_features
 from sparkwave.core.errors import SqlError
 from sparkwave.stream.project_set import MAX_SERIES_ROWS
 
@@ -30,12 +31,14 @@ Translate = Callable[[exp.Expr], str]  # a constant PostgreSQL expression in Spa
 
 @dataclass
 class SetViews:
-    """The temporary views a query's set-returning calls became (dropped after the query)."""
+    """The views a query's set-returning calls became: names the query reads, each a frame
+    (`spark_features.sql_over` binds them to the query alone)."""
 
     spark: SparkSession
     translate: Translate
     names: list[str]
     held: list[str] = field(default_factory=list)  # the next view's series arguments, in Spark SQL
+    frames: dict[str, DataFrame] = field(default_factory=dict)
 
     def hold(self, sql: list[str]) -> list[str]:
         """Series arguments as columns of a one-row relation of their values: as literals, Spark's
@@ -50,12 +53,11 @@ class SetViews:
 
     def add(self, arrays: list[str], names: list[str], ordinality: bool) -> str:
         """A view of the arrays' rows in lockstep (as `ProjectSet.explode`): the longest decides."""
-        source = ""
+        source, reads = "", {}
         if self.held:
             values = self.spark.sql("SELECT " + ", ".join(f"{x} AS `_h{i}`" for i, x in enumerate(self.held)))
             held = f"sparkwave_sets_{uuid.uuid4().hex}"
-            self.spark.createDataFrame(values.collect(), values.schema).createOrReplaceTempView(held)
-            self.names.append(held)
+            reads[held] = self.spark.createDataFrame(values.collect(), values.schema)
             source, self.held = f" FROM {held}", []
         count = ", ".join(f"coalesce(size(`_a{i}`), 0)" for i in range(len(arrays)))
         cols = [f"try_element_at(`_a{i}`, _p + 1) AS `{n}`" for i, n in enumerate(names[:len(arrays)])]
@@ -63,15 +65,11 @@ class SetViews:
             cols.append(f"CAST(_p + 1 AS bigint) AS `{names[-1]}`")
         inner = ", ".join(f"{a} AS `_a{i}`" for i, a in enumerate(arrays))
         name = f"sparkwave_sets_{uuid.uuid4().hex}"
-        self.spark.sql(f"SELECT {', '.join(cols)} FROM (SELECT {inner}{source}) "
-                       f"LATERAL VIEW posexplode(array_repeat(0, greatest(0, {count}))) _x AS _p, _z"
-                       ).createOrReplaceTempView(name)
+        self.frames[name] = spark_features.sql_over(
+            self.spark, f"SELECT {', '.join(cols)} FROM (SELECT {inner}{source}) "
+                        f"LATERAL VIEW posexplode(array_repeat(0, greatest(0, {count}))) _x AS _p, _z", reads)
         self.names.append(name)
         return name
-
-    def drop(self) -> None:
-        for name in self.names:
-            self.spark.catalog.dropTempView(name)
 
 
 def rewrite(ast: exp.Expr, views: SetViews, error: Callable[[str], SqlError]) -> None:

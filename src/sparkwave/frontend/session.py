@@ -15,8 +15,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import TimestampType
 from sqlglot import exp
 
+from sparkwave.connectors.postgres_cdc_release import release_held
+from sparkwave.core import spark_features
 from sparkwave.core.catalog import Catalog, Relation
-from sparkwave.core.errors import CatalogError, SparkwaveError, SqlError
+from sparkwave.core.errors import CatalogError, OwnershipError, SparkwaveError, SqlError
 from sparkwave.core.schema import Schema
 from sparkwave.core.spark import acquire_spark, configure, release_spark
 from sparkwave.frontend import dml, query_sets, show
@@ -77,9 +79,13 @@ FETCH_BATCH_ROWS = 1000
 
 
 def connect(warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
-            barrier_interval_ms: int = 1000, on_epoch: Callable[[EpochReport], None] | None = None) -> Session:
-    """Open (creating or recovering) a warehouse and start its barrier loop."""
-    return Session(warehouse, spark=spark, barrier_interval_ms=barrier_interval_ms, on_epoch=on_epoch)
+            barrier_interval_ms: int = 1000, on_epoch: Callable[[EpochReport], None] | None = None,
+            catalog: str | None = None) -> Session:
+    """Open (creating or recovering) a warehouse and start its barrier loop. `catalog`: a PostgreSQL
+    connection string for the catalog (default: `catalog.db` in the warehouse, or the PostgreSQL
+    catalog the warehouse records)."""
+    return Session(warehouse, spark=spark, barrier_interval_ms=barrier_interval_ms, on_epoch=on_epoch,
+                   catalog=catalog)
 
 
 class Session:
@@ -87,11 +93,12 @@ class Session:
     thread and commits an epoch every `barrier_interval_ms` (or at once on `flush()`)."""
 
     def __init__(self, warehouse: str | os.PathLike[str], *, spark: SparkSession | None = None,
-                 barrier_interval_ms: int = 1000, on_epoch: Callable[[EpochReport], None] | None = None) -> None:
+                 barrier_interval_ms: int = 1000, on_epoch: Callable[[EpochReport], None] | None = None,
+                 catalog: str | None = None) -> None:
         if barrier_interval_ms <= 0:
             raise SparkwaveError("barrier_interval_ms must be positive")
         self.warehouse = Warehouse(warehouse)
-        self.warehouse.open()  # refuses a folder that is not a warehouse before anything is written to it
+        self.warehouse.open(catalog)  # refuses a folder that is not a warehouse before anything is written to it
         self._ownership = Ownership(self.warehouse.owner_path)
         self._ownership.acquire()
         self._closed = True
@@ -106,7 +113,9 @@ class Session:
                 configure(spark)
             self.spark = spark
             self.catalog = Catalog(self.warehouse.catalog_path, create=False)
+            self.catalog.fenced_by(self._ownership.generation)  # a PostgreSQL catalog's: commits only while owner
             self._undo.append(self.catalog.close)
+            spark_features.take_over_session(spark, self.catalog)  # a killed owner's Connect operations stop
             self.rt = Runtime(spark, self.warehouse, self.catalog)
             self._undo.append(self.rt.close_connectors)
             self.locks = Locks()
@@ -142,6 +151,7 @@ class Session:
     # --- lifecycle -----------------------------------------------------------------------------
     def _recover(self) -> None:
         sweep(self.warehouse, self.catalog)  # what a crashed DDL or DML left; what sparkwave did not make
+        release_held(self.catalog)  # a replication slot a DROP TABLE did not get to drop
         self.catalog.forget_orphans()
         for rel in self.catalog.relations():
             if rel.kind == "source":  # an epoch's staged rows, left by a crash after its commit
@@ -221,6 +231,15 @@ class Session:
     def flush(self) -> int:
         self._check_open()
         return self.loop.flush()
+
+    def check_ownership(self) -> None:
+        """Raise `OwnershipError` once another owner has taken the warehouse over (a PostgreSQL
+        catalog's: `meta/ownership.py`); the catalog then refuses everything, reads included."""
+        try:
+            self._ownership.check()
+        except OwnershipError as e:
+            self.catalog.fence_out(str(e))
+            raise
 
     @property
     def pipeline_error(self) -> str | None:
@@ -377,14 +396,15 @@ class Session:
         self.catalog.set_definition(rel.name, {**rel.definition, "connector": options})
 
     def _do_query(self, stmt: Query) -> DataFrame:
-        """A query reads catalog relations only, all as of one committed epoch, each through a temp
-        view of its own name for this query alone (dropped once Spark has analysed the query), so
+        """A query reads catalog relations only, all as of one committed epoch, each through a view
+        of its own name for this query alone (`spark_features.sql_over`: on classic Spark a temp view
+        dropped once Spark has analysed the query; on Connect a plan sent with the query's), so
         concurrent queries cannot see each other's epochs and no name reaches a file or a Spark table."""
         assert stmt.ast is not None
         epoch = self.committed_epoch
         ast = stmt.ast.copy()
         ctes = {c.alias_or_name.lower() for c in ast.find_all(exp.CTE)}
-        views: list[str] = []
+        views: dict[str, DataFrame] = {}
         schemas: dict[str, Schema] = {}  # each view's relation: the translation types the query's operands
         sets = SetViews(self.spark, lambda e: translated(e, QueryTypes(self.spark, {})), [])
         try:
@@ -401,13 +421,13 @@ class Session:
                     continue
                 view = f"sparkwave_query_{uuid.uuid4().hex}"
                 rel = self._readable(name)
-                self.rt.visible(rel, epoch).createOrReplaceTempView(view)
-                views.append(view)
+                views[view] = self.rt.visible(rel, epoch)
                 schemas[view] = rel.schema
                 if not t.alias:
                     t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
                 t.set("this", exp.to_identifier(view))
-            return self.spark.sql(translated(ast, QueryTypes(self.spark, schemas)))
+            return spark_features.sql_over(self.spark, translated(ast, QueryTypes(self.spark, schemas)),
+                                           {**sets.frames, **views})
         except SparkwaveError:
             raise
         except Exception as e:
@@ -415,10 +435,6 @@ class Session:
             state = get_state() if callable(get_state) else None
             raise SqlError(f"query failed: {str(e).strip().splitlines()[0][:300]} (at {stmt.where()})",
                            sqlstate=state or "XX000") from None
-        finally:
-            for view in views:
-                self.spark.catalog.dropTempView(view)
-            sets.drop()
 
     def _do_explain(self, stmt: Explain) -> DataFrame:
         """EXPLAIN: the operator tree of an existing MV (as stored) or of the MV (or query, planned as

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from sparkwave.core import spark_features
 from sparkwave.core.errors import QueryCanceledError
 
 CANCEL_EVERY_S = 0.1  # past the deadline, how soon a job the statement starts next is cancelled too
@@ -25,7 +26,6 @@ def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
     if timeout_ms <= 0:
         yield
         return
-    sc = spark.sparkContext
     tag = f"sparkwave-statement-{uuid.uuid4().hex}"
     done, expired = threading.Event(), threading.Event()
 
@@ -33,11 +33,11 @@ def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
         if done.wait(timeout_ms / 1000):
             return
         expired.set()
-        sc.cancelJobsWithTag(tag)
+        spark_features.interrupt_tag(spark, tag)
         while not done.wait(CANCEL_EVERY_S):
-            sc.cancelJobsWithTag(tag)
+            spark_features.interrupt_tag(spark, tag)
 
-    sc.addJobTag(tag)
+    spark_features.join_tag(spark, tag)
     watcher = threading.Thread(target=watch, name="sparkwave-statement-timeout", daemon=True)
     watcher.start()
     try:
@@ -50,7 +50,7 @@ def statement_deadline(spark: SparkSession, timeout_ms: int) -> Iterator[None]:
     finally:
         done.set()
         watcher.join()
-        sc.removeJobTag(tag)
+        spark_features.leave_tag(spark, tag)
 
 
 def _cancelled(err: BaseException | None) -> bool:

@@ -47,8 +47,10 @@ def _info(rel: Relation, options: dict[str, str], offsets: dict[str, int], now: 
     rate = done / max(1.0, now - started)
     limit = options.get("source_rate_limit", "")
     upstream = f"{options.get('schema.name', 'public')}.{options.get('table.name')}"
-    key = rel.schema.key[0] if rel.schema.key else "key"
-    at = UpstreamProgress(f"{upstream} from {key} {offsets[BACKFILL]}", done, total)
+    key = list(rel.schema.key) or ["key"]
+    values = [offsets.get(BACKFILL if i == 0 else f"{BACKFILL}.{i}", 0) for i in range(len(key))]
+    at_key = f"{key[0]} {values[0]}" if len(key) == 1 else f"({', '.join(key)}) ({', '.join(map(str, values))})"
+    at = UpstreamProgress(f"{upstream} from {at_key}", done, total)
     return JobInfo(CDC_JOB_ID, rel.name, "table", "cdc backfill", "snapshot", done, total,
                    round(100.0 * done / total, 1) if total else 0.0, round(rate, 1),
                    round((total - done) / rate, 1) if rate > 0 else None, 0, 0.0,

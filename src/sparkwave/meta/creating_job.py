@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.util import inheritable_thread_target
 
-from sparkwave.core import policy
+from sparkwave.core import policy, spark_features
 from sparkwave.core.catalog import Chunk, JobRow, Phase, Relation
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.crash import crash_point
@@ -307,7 +307,7 @@ class CreatingJob:
 
     def _share(self, df: DataFrame) -> DataFrame:
         """While the main graph has input, a backfill runs on all cores but one, left to the pipeline."""
-        cores = self.rt.spark.sparkContext.defaultParallelism
+        cores = spark_features.default_parallelism(self.rt.spark)
         return df.coalesce(cores - 1) if cores > 1 and self.pipeline is not None and self.pipeline.busy() else df
 
     # --- phase 2 and 3: the log store, then the merge ------------------------------------------

@@ -9,12 +9,11 @@ the catalog and are applied by the barrier loop before its next barrier."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 
-from sparkwave.core.catalog import JobRow, Phase, Relation
+from sparkwave.core.catalog import CatalogDb, JobRow, Phase, Relation
 from sparkwave.core.errors import CatalogError, PipelineError
 from sparkwave.meta.creating_job import CreatingJob, Pipeline, Step, Strategy
 from sparkwave.meta.lag_rule import MAX_HOLD_SECONDS, LagRule
@@ -178,7 +177,7 @@ class CreatingJobs:
             w.join()
         self._workers.clear()
 
-    def register(self, db: sqlite3.Connection, rel: Relation, upstreams: list[str], strategy: Strategy) -> int:
+    def register(self, db: CatalogDb, rel: Relation, upstreams: list[str], strategy: Strategy) -> int:
         """Add a creating MV and its job in the caller's transaction, pinning every upstream's
         snapshot at the one common epoch `S` (= `rel.created_epoch`)."""
         job_id = self.rt.catalog.add_relation(db, rel, strategy, upstreams[0])

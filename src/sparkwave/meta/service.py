@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sparkwave.core import spark_features
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -235,9 +237,7 @@ class SparkGroupService(Service):
         return self.name
 
     def _begin(self) -> None:
-        sc = self.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", self.pool)
-        sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
+        spark_features.join_group(self.spark, self.group, pool=self.pool, description=self.description)
 
     def _interrupt(self) -> None:
-        self.spark.sparkContext.cancelJobGroup(self.group)
+        spark_features.cancel_group(self.spark, self.group)

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StringType
 from sqlglot import exp
 
+from sparkwave.core import spark_features
 from sparkwave.core.errors import CatalogError, QueryCanceledError
 from sparkwave.core.limits import MAX_EXPRESSION_DEPTH, MAX_STATEMENT_BYTES
 from sparkwave.core.schema import to_spark_type
@@ -178,11 +179,11 @@ class SessionClient:
         tag = self._running
         if tag is None:
             return
-        sc = self.session.spark.sparkContext
+        spark = self.session.spark
 
         def keep_cancelling() -> None:
             while self._running == tag and self._cancel.is_set():
-                sc.cancelJobsWithTag(tag)
+                spark_features.interrupt_tag(spark, tag)
                 time.sleep(CANCEL_EVERY_S)
 
         threading.Thread(target=keep_cancelling, name="sparkwave-cancel", daemon=True).start()
@@ -423,10 +424,9 @@ class SessionClient:
     @contextmanager
     def _scope(self, *, timed: bool) -> Iterator[None]:
         """This client's statement: its Spark jobs tagged for `cancel`, bounded by its timeout."""
-        sc = self.session.spark.sparkContext
+        spark = self.session.spark
         tag = f"sparkwave-client-{uuid.uuid4().hex}"
-        sc.addJobTag(tag)
-        sc.setInterruptOnCancel(True)  # a cancelled job's running tasks are interrupted, not left to finish
+        spark_features.join_tag(spark, tag)  # a cancelled job's running tasks are interrupted, not left to finish
         self._running = tag
         try:
             with statement_deadline(self.session.spark, self.statement_timeout_ms if timed else 0):
@@ -439,7 +439,7 @@ class SessionClient:
             raise
         finally:
             self._running = None
-            sc.removeJobTag(tag)
+            spark_features.leave_tag(spark, tag)
 
     def _cancellable(self, fn: Callable[[], object]) -> None:
         """`fn` (a FLUSH: it waits for the barrier loop) on a thread of its own, so that a cancel
@@ -496,7 +496,7 @@ class SessionClient:
 def _local(df: DataFrame) -> bool:
     """Whether the optimized plan is a local relation (rows held by the driver, as SHOW makes them)."""
     try:
-        return bool(df._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation")
+        return spark_features.local_relation_size(df) is not None
     except Exception:
         return False
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sparkwave.core import spark_features
 from sparkwave.core.catalog import Relation
 from sparkwave.core.crash import crash_point
 from sparkwave.storage import key_index
@@ -82,7 +83,7 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging
     else:
         out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
         if sort and cluster:
-            out = out.repartitionByRange(max(1, rt.spark.sparkContext.defaultParallelism), "_vnode")
+            out = out.repartitionByRange(spark_features.default_parallelism(rt.spark), "_vnode")
         if order:
             out = out.sortWithinPartitions(*[f"`{k}`" for k in order])
         writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
@@ -105,7 +106,7 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging
             if isinstance(df, pa.Table):
                 key_index.build(files[0])
             else:
-                rt.spark.sparkContext.parallelize(files, len(files)).foreach(key_index.build)
+                spark_features.run_each(rt.spark, files, key_index.build)
         except Exception:  # an index is a cache: lookups read the Parquet files without it
             log.exception("key indexes of %s's base were not built; its lookups read the base files", rel.name)
     return files, rows

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from sparkwave.core.catalog import Base, Catalog
 from sparkwave.core.errors import CorruptFileError
 from sparkwave.storage.file_index import file_index
+from sparkwave.storage.filesystem import LOCAL
 
 # A file gone (retention removed it: its readers list the files again) and the machine's errors
 _NOT_DAMAGE = (FileNotFoundError, PermissionError, TimeoutError, ConnectionError, InterruptedError, pa.ArrowMemoryError)
@@ -37,8 +38,8 @@ PARQUET = ds.ParquetFileFormat(
 
 
 def write_table(table: pa.Table, where: str | Path, **options: Any) -> None:
-    """`pq.write_table` with a CRC32 in every page header."""
-    pq.write_table(table, where, write_page_checksum=True, **options)
+    """`pq.write_table` with a CRC32 in every page header, whole or absent (`FileSystem.write_atomic`)."""
+    LOCAL.write_atomic(where, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True, **options))
 
 
 def parquet_file(path: str | Path, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:

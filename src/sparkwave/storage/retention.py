@@ -54,12 +54,13 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     live_logs = {os.path.basename(p) for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)}
     live = {os.path.basename(f) for b in rt.catalog.bases(rel.name) for f in b.files}
     removed = 0
-    for name in os.listdir(stored.log_path) if stored.log_path.exists() else []:
+    fs = rt.warehouse.fs
+    for name in fs.list(stored.log_path):
         epoch = log_file_epoch(name)
         if epoch is not None and epoch <= keep.epoch and name not in live_logs or _staging_epoch(name) <= keep.epoch:
             rt.warehouse.remove_file(stored.log_path / name)
             removed += 1
-    for name in os.listdir(stored.base_path) if stored.base_path.exists() else []:
+    for name in fs.list(stored.base_path):
         if (name.endswith(".parquet") and name not in live) or name.startswith(("_staging_", "_backfill_")):
             rt.warehouse.remove_file(stored.base_path / name)
             removed += 1
@@ -67,7 +68,7 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     bases = rt.catalog.bases(rel.name)
     indexed = {os.path.basename(f) for f in bases[-1].files} if bases else set()
     indexes = stored.root / "index"
-    for name in os.listdir(indexes) if indexes.exists() else []:
+    for name in fs.list(indexes):
         if name.endswith(".tmp") or name.removesuffix(".arrow") + ".parquet" not in indexed:
             key_index.forget(indexes / name)
             rt.warehouse.remove_file(indexes / name)

@@ -13,7 +13,6 @@ to `lost+found/<time>/`, never deleted.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ def sweep(warehouse: Warehouse, catalog: Catalog) -> list[Path]:
     for name in warehouse.tables_entries():
         if name in known:
             continue
-        if name in pending and not (tables / name).is_symlink():  # a CREATE or DROP a crash interrupted
+        if name in pending and not warehouse.fs.is_link(tables / name):  # a CREATE or DROP a crash interrupted
             warehouse.remove_tree(tables / name)
         else:
             lost.move(tables / name)
@@ -45,7 +44,7 @@ def sweep(warehouse: Warehouse, catalog: Catalog) -> list[Path]:
     staged = catalog.staged_paths()
     batches = int(catalog.setting("counter.dml_batch") or 0)
     staging = warehouse.staging_dir()
-    for entry in sorted(os.listdir(staging)):
+    for entry in warehouse.fs.list(staging):
         if str(staging / entry) in staged:
             continue
         m = _DML_BATCH.fullmatch(entry)
@@ -69,12 +68,12 @@ class _LostAndFound:
         if self.folder is None:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             folder, n = self.warehouse.lost_and_found / stamp, 0
-            while folder.exists():
+            while self.warehouse.fs.exists(folder):
                 n += 1
                 folder = self.warehouse.lost_and_found / f"{stamp}-{n}"
             self.folder = folder
         dest = self.folder / path.relative_to(self.warehouse.root)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, dest)
+        self.warehouse.fs.make_dirs(dest.parent)
+        self.warehouse.fs.rename(path, dest)
         self.moved.append(dest)
         log.warning("sparkwave did not make %s: moved it to %s (nothing was deleted)", path, dest)

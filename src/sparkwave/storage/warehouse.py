@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
-from sparkwave.core.catalog import Catalog, catalog_problem
+from sparkwave.core.catalog import Catalog, catalog_problem, location
 from sparkwave.core.errors import CatalogError, WarehouseError
 from sparkwave.core.names import is_name
+from sparkwave.storage.filesystem import LOCAL, FileSystem
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ _KIND = "sparkwave warehouse"
 class Warehouse:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
+        self.fs: FileSystem = LOCAL  # every delete, listing and move of the warehouse's files (`filesystem.py`)
 
     @property
     def catalog_path(self) -> Path:
@@ -59,18 +60,27 @@ class Warehouse:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def open(self) -> None:
+    def open(self, catalog: str | None = None) -> None:
         """Make sure the root is a warehouse before anything else touches it: create one in a
         missing or empty folder (its catalog first, the marker last, so a crash in between leaves
-        a warehouse to adopt), adopt one made before the marker, refuse anything else."""
+        a warehouse to adopt), adopt one made before the marker, refuse anything else. `catalog`:
+        a PostgreSQL connection string for a new warehouse's catalog, or the one an existing
+        warehouse records (`core/catalog/location.py`; None: whatever it records)."""
+        if catalog is not None and not location.is_postgres(catalog):
+            raise WarehouseError("the catalog given is not a PostgreSQL connection string (postgresql://user@host/db "
+                                 "or libpq's key=value form); without one the catalog is catalog.db in the warehouse")
         if self.marker_path.exists():
             self._check_marker()
-        elif not self.root.exists() or (self.root.is_dir() and not any(self.root.iterdir())):
+            self._check_catalog(catalog)
+        elif not self.root.exists() or (self.root.is_dir() and set(os.listdir(self.root)) <= {location.CATALOG_FILE}):
             self.root.mkdir(parents=True, exist_ok=True)
+            if catalog is not None:
+                self._new_postgres_catalog(catalog)
             Catalog(self.catalog_path).close()
             self._write_marker()
         elif self.root.is_dir() and self.catalog_path.exists() and catalog_problem(self.catalog_path) is None:
             log.warning("adopting %s, a warehouse of an earlier sparkwave: writing its %s marker", self.root, MARKER)
+            self._check_catalog(catalog)
             self._write_marker()
         else:
             raise WarehouseError(
@@ -78,6 +88,29 @@ class Warehouse:
                 "creates a warehouse only in a new or empty folder and touches nothing in any other; choose a new "
                 "folder for the warehouse")
         (self.root / "tables").mkdir(exist_ok=True)
+
+    def _check_catalog(self, catalog: str | None) -> None:
+        """An existing warehouse opens with the catalog it records: a different one is refused."""
+        recorded = location.recorded(self.root)
+        if catalog is None:
+            return
+        if recorded is None:
+            raise WarehouseError(f"warehouse {self.root} keeps its catalog in {self.catalog_path}; it cannot be "
+                                 "opened with a PostgreSQL catalog (moving a catalog is not supported): open it "
+                                 "without one")
+        if (given := location.remember(catalog)) != recorded:
+            raise WarehouseError(f"warehouse {self.root} keeps its catalog in PostgreSQL at {recorded!r}, not "
+                                 f"{given!r}; open it with that one, or with none (it is followed)")
+
+    def _new_postgres_catalog(self, catalog: str) -> None:
+        """Record a new warehouse's PostgreSQL catalog; its database must hold nothing yet."""
+        from sparkwave.core.catalog.postgres import PostgresBackend
+        location.remember(catalog)
+        backend = PostgresBackend(catalog)
+        if backend.exists() and (location.recorded(self.root) is None or backend.problem() is not None):
+            raise WarehouseError(f"the {backend.where} already holds tables; a new warehouse's catalog needs an "
+                                 "empty database (or a schema of its own, named by the connection's search_path)")
+        location.record(self.root, catalog)
 
     def _check_marker(self) -> None:
         try:
@@ -111,19 +144,12 @@ class Warehouse:
 
     def remove_tree(self, path: Path) -> None:
         self.inside(path)
-        shutil.rmtree(path, ignore_errors=True)
+        self.fs.delete(path)
 
     def remove_file(self, path: str | Path) -> None:
         """Remove a file or a folder of files (a staged batch); a missing one is fine."""
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-            return
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+        self.fs.delete(path)
 
     def tables_entries(self) -> list[str]:
         """The names in `tables/`: relations' folders and whatever else is there."""
-        d = self.root / "tables"
-        return sorted(os.listdir(d)) if d.exists() else []
+        return self.fs.list(self.root / "tables")

@@ -1,4 +1,5 @@
-"""The catalog: SQLite (WAL) inside the warehouse.
+"""The catalog: SQLite (WAL) inside the warehouse, or a PostgreSQL database shared by the hosts
+that may own the warehouse in turn (`backend.py`, `postgres.py`; which one: `location.py`).
 
 It is the source of truth for what is committed. The relations' Delta logs follow it: an epoch's
 log files go into them after its catalog commit, a few epochs at a time. `Catalog` is composed of one part per concern,
@@ -38,6 +39,7 @@ Old epochs and applied requests are pruned (`history.py`).
 
 from __future__ import annotations
 
+from sparkwave.core.catalog.backend import INTEGRITY_ERRORS, CatalogDb
 from sparkwave.core.catalog.connection import CORE_TABLES, CatalogBase, catalog_problem
 from sparkwave.core.catalog.dml import ConsumedBatch, DmlBatch, DmlMixin
 from sparkwave.core.catalog.epochs import BadRecord, EpochsMixin, NewLogFile, PlannedEpoch
@@ -56,15 +58,14 @@ from sparkwave.core.catalog.watermarks import NewWatermark, WatermarksMixin
 
 class Catalog(RelationsMixin, SinksMixin, EpochsMixin, DmlMixin, SourcesMixin, RequestsMixin, SettingsMixin,
               HistoryMixin, WatermarksMixin):
-    """The catalog: one part per concern over one SQLite connection (`CatalogBase`)."""
+    """The catalog: one part per concern over one database connection (`CatalogBase`)."""
 
 
 __all__ = [
-    "ALL_UPSTREAMS", "CORE_TABLES", "KEPT_EPOCHS", "KEPT_JOB_STEPS", "KEPT_REQUESTS", "NOT_IN_DELTA", "BadRecord",
-    "Base", "Catalog", "CatalogBase", "Chunk", "ConsumedBatch", "Definition", "DmlBatch", "DmlMixin", "EpochRanges",
-    "EpochRows", "EpochsMixin", "FilesMixin", "HistoryMixin", "JobRow", "JobStep", "JobsMixin", "LogFile", "LogTotal",
-    "NewLogFile", "NewWatermark", "PendingLogFile", "Phase", "PinsMixin", "PlannedEpoch", "Ranges", "Relation",
-    "RelationsMixin", "Request", "RequestsMixin", "SettingsMixin", "SinkRow", "SinksMixin", "SourceError",
-    "SourcesMixin", "WatermarksMixin",
-    "catalog_problem",
+    "ALL_UPSTREAMS", "BadRecord", "Base", "CORE_TABLES", "Catalog", "CatalogBase", "CatalogDb", "Chunk",
+    "ConsumedBatch", "Definition", "DmlBatch", "DmlMixin", "EpochRanges", "EpochRows", "EpochsMixin", "FilesMixin",
+    "HistoryMixin", "INTEGRITY_ERRORS", "JobRow", "JobStep", "JobsMixin", "KEPT_EPOCHS", "KEPT_JOB_STEPS",
+    "KEPT_REQUESTS", "LogFile", "LogTotal", "NOT_IN_DELTA", "NewLogFile", "NewWatermark", "PendingLogFile", "Phase",
+    "PinsMixin", "PlannedEpoch", "Ranges", "Relation", "RelationsMixin", "Request", "RequestsMixin", "SettingsMixin",
+    "SinkRow", "SinksMixin", "SourceError", "SourcesMixin", "WatermarksMixin", "catalog_problem",
 ]

@@ -4,10 +4,10 @@ bases, and retention's forgetting of both."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from sparkwave.core.catalog.backend import CatalogDb
 from sparkwave.core.catalog.connection import CatalogBase
 
 
@@ -110,7 +110,7 @@ class FilesMixin(CatalogBase):
         rows = self._all("SELECT epoch FROM bases WHERE relation = ? ORDER BY epoch", (relation,))
         return [b for r in rows if (b := self.base_at(relation, r[0]))]
 
-    def add_base(self, db: sqlite3.Connection, relation: str, epoch: int, version: int, rows: int,
+    def add_base(self, db: CatalogDb, relation: str, epoch: int, version: int, rows: int,
                  files: list[str]) -> None:
         db.execute("INSERT OR REPLACE INTO bases VALUES (?, ?, ?, ?)", (relation, epoch, version, rows))
         db.execute("DELETE FROM base_files WHERE relation = ? AND epoch = ?", (relation, epoch))

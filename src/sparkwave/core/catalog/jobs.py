@@ -4,12 +4,12 @@ transaction) and its progress: the snapshot's chunks (vnode ranges) and its step
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from sparkwave.core.catalog.backend import CatalogDb
 from sparkwave.core.catalog.files import FilesMixin
 from sparkwave.core.catalog.pins import PinsMixin
 from sparkwave.core.epoch import Lag
@@ -114,7 +114,7 @@ class JobsMixin(FilesMixin, PinsMixin):
     def jobs(self) -> list[JobRow]:
         return [_job(r) for r in self._all(f"SELECT {_JOB_COLS} FROM jobs ORDER BY id")]
 
-    def update_job(self, db: sqlite3.Connection, job_id: int, **fields: Any) -> None:
+    def update_job(self, db: CatalogDb, job_id: int, **fields: Any) -> None:
         if "vnode_rows" in fields and fields["vnode_rows"] is not None:
             fields["vnode_rows"] = json.dumps(fields["vnode_rows"])
         sets = ", ".join(f"{k} = ?" for k in fields)
@@ -138,7 +138,7 @@ class JobsMixin(FilesMixin, PinsMixin):
             "SELECT step, phase, at, rows, epochs, lag_epochs, lag_ms, allowed_lag FROM job_steps "
             "WHERE job = ? AND at >= ? ORDER BY step", (job_id, since))]
 
-    def add_job_step(self, db: sqlite3.Connection, job_id: int, phase: str, rows: int, epochs: int,
+    def add_job_step(self, db: CatalogDb, job_id: int, phase: str, rows: int, epochs: int,
                      lag_epochs: int, lag_ms: int, allowed_lag: float | None) -> None:
         row = db.execute("SELECT coalesce(max(step), 0) FROM job_steps WHERE job = ?", (job_id,)).fetchone()
         db.execute("INSERT INTO job_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

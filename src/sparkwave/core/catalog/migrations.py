@@ -1,4 +1,5 @@
-"""The catalog's schema version (`PRAGMA user_version`) and the numbered steps that reach it.
+"""The catalog's schema version (SQLite's `PRAGMA user_version`, PostgreSQL's `sparkwave_version`
+row: `backend.py`) and the numbered steps that reach it.
 
 A catalog records the last step applied to it. Opening one applies the steps after that, in order
 and in one transaction with the new version (a crash or a failing step leaves it at its old version
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from sparkwave.core.catalog.backend import Backend, CatalogDb
 
 # Version 1: the schema of 2026-11-28. `IF NOT EXISTS` because a version-0 catalog has some of it:
 # one of a release before 2026-11-25 lacks the tables of sources' errors and snapshots, sinks,
@@ -80,12 +82,12 @@ SCHEMA_1 = (
 ALL_UPSTREAMS = "*"  # the upstream of a job's counts stored summed over all its upstreams (before 2026-11-23)
 
 
-def _schema(db: sqlite3.Connection, root: str) -> None:
+def _schema(db: CatalogDb, root: str) -> None:
     for statement in SCHEMA_1:
         db.execute(statement)
 
 
-def _vnode_rows_by_upstream(db: sqlite3.Connection, root: str) -> None:
+def _vnode_rows_by_upstream(db: CatalogDb, root: str) -> None:
     """A job's rows per vnode, stored as one list summed over its upstreams before 2026-11-23,
     become the map by upstream of today, under the one key `ALL_UPSTREAMS`."""
     for job, stored in db.execute("SELECT id, vnode_rows FROM jobs WHERE vnode_rows LIKE '[%'").fetchall():
@@ -93,7 +95,7 @@ def _vnode_rows_by_upstream(db: sqlite3.Connection, root: str) -> None:
                                                                   job))
 
 
-def _relative_paths(db: sqlite3.Connection, root: str) -> None:
+def _relative_paths(db: CatalogDb, root: str) -> None:
     """File paths stored absolute before 2026-11-23 become relative to the warehouse, as stored
     since. A path outside `root` (a warehouse moved before this step ran) stays as recorded:
     `os.path.join(root, path)` reads it where it was."""
@@ -107,7 +109,7 @@ def _relative_paths(db: sqlite3.Connection, root: str) -> None:
         db.execute("UPDATE job_chunks SET files = ? WHERE job = ? AND lo = ?", (json.dumps(files), job, lo))
 
 
-def _watermarks(db: sqlite3.Connection, root: str) -> None:
+def _watermarks(db: CatalogDb, root: str) -> None:
     """The watermarks each epoch moved, per relation and split (split '' the relation's), the rows
     each relation dropped below its watermark, and the watermark a source's offsets were judged by
     (`watermarks.py`)."""
@@ -124,7 +126,7 @@ def _watermarks(db: sqlite3.Connection, root: str) -> None:
 class Migration:
     version: int  # the catalog's version once applied
     what: str
-    apply: Callable[[sqlite3.Connection, str], None]  # (the catalog in a transaction, the warehouse's root)
+    apply: Callable[[CatalogDb, str], None]  # (the catalog in a transaction, the warehouse's root)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -140,25 +142,21 @@ def latest() -> int:
     return MIGRATIONS[-1].version
 
 
-def version_of(db: sqlite3.Connection) -> int:
-    return int(db.execute("PRAGMA user_version").fetchone()[0])
-
-
-def migrate(db: sqlite3.Connection, root: str) -> int:
-    """Bring the catalog `db` (autocommit, no transaction open) to `latest()`; returns the version
-    it had. The version is read again under the write lock, so two processes opening the same
-    catalog at once migrate it once."""
-    if version_of(db) == latest():
+def migrate(db: CatalogDb, root: str, backend: Backend) -> int:
+    """Bring the catalog `db` (no transaction open) to `latest()`; returns the version it had. The
+    version is read again under the write lock, so two processes opening the same catalog at once
+    migrate it once."""
+    if backend.version(db) == latest():
         return latest()
-    db.execute("BEGIN IMMEDIATE")
+    backend.begin(db, None)
     try:
-        found = version_of(db)  # above latest(): a newer release migrated it meanwhile; the caller refuses it
+        found = backend.version(db)  # above latest(): a newer release migrated it meanwhile; the caller refuses it
         for step in MIGRATIONS if found < latest() else ():
             if step.version > found:
                 step.apply(db, root)
-                db.execute(f"PRAGMA user_version = {int(step.version)}")
+                backend.set_version(db, step.version)
     except BaseException:
-        db.execute("ROLLBACK")
+        backend.rollback(db)
         raise
-    db.execute("COMMIT")
+    backend.commit(db)
     return found

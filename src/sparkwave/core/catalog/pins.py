@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import sqlite3
-
+from sparkwave.core.catalog.backend import CatalogDb
 from sparkwave.core.catalog.connection import CatalogBase
 
 
 class PinsMixin(CatalogBase):
-    def add_pin(self, relation: str, epoch: int, holder: str, db: sqlite3.Connection | None = None) -> None:
+    def add_pin(self, relation: str, epoch: int, holder: str, db: CatalogDb | None = None) -> None:
         if db is None:
             with self.transaction() as db:
                 self.add_pin(relation, epoch, holder, db)
@@ -20,7 +19,7 @@ class PinsMixin(CatalogBase):
         with self.transaction() as db:
             db.execute("DELETE FROM pins WHERE holder = ?", (holder,))
 
-    def move_pin(self, db: sqlite3.Connection, holder: str, epoch: int) -> None:
+    def move_pin(self, db: CatalogDb, holder: str, epoch: int) -> None:
         db.execute("UPDATE pins SET epoch = ? WHERE holder = ?", (epoch, holder))
 
     def min_pin(self, relation: str) -> int | None:

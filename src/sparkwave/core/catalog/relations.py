@@ -5,12 +5,12 @@ is under way (`pending_folders`, what recovery may delete)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkwave.core.catalog.backend import INTEGRITY_ERRORS, CatalogDb
 from sparkwave.core.catalog.files import DELTA_RETIRE
 from sparkwave.core.catalog.jobs import Phase
 from sparkwave.core.catalog.pins import PinsMixin
@@ -89,7 +89,7 @@ class RelationsMixin(PinsMixin):
         rows = self._all(f"SELECT {_REL_COLS} FROM relations {where} ORDER BY created_epoch, created_at")
         return [_relation(r) for r in rows]
 
-    def add_relation(self, db: sqlite3.Connection, rel: Relation, strategy: str = "-",
+    def add_relation(self, db: CatalogDb, rel: Relation, strategy: str = "-",
                      upstream: str | None = None) -> int:
         """Add a relation and its job; returns the job id."""
         if db.execute("SELECT 1 FROM sinks WHERE name = ?", (rel.name,)).fetchone():
@@ -98,7 +98,7 @@ class RelationsMixin(PinsMixin):
             db.execute(f"INSERT INTO relations ({_REL_COLS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                        (rel.name, rel.kind, json.dumps(rel.schema.to_json()), json.dumps(rel.definition),
                         rel.created_epoch, rel.state, time.time()))
-        except sqlite3.IntegrityError:
+        except INTEGRITY_ERRORS:
             raise CatalogError(f"relation {rel.name!r} already exists") from None
         if rel.kind == "state":
             return 0
@@ -123,7 +123,7 @@ class RelationsMixin(PinsMixin):
         with self.transaction() as db:
             db.execute("UPDATE relations SET definition = ? WHERE name = ?", (json.dumps(definition), name))
 
-    def remove_relation(self, db: sqlite3.Connection, name: str) -> None:
+    def remove_relation(self, db: CatalogDb, name: str) -> None:
         """Remove a relation, its job and its operator state tables; its folder stays recorded as
         sparkwave's (`pending_folders`) until the caller has removed it (`folder_removed`)."""
         if db.execute("SELECT 1 FROM relations WHERE name = ? AND kind != 'state'", (name,)).fetchone():

@@ -5,11 +5,11 @@ position. Sinks share the relations' namespace."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from sparkwave.core.catalog.backend import CatalogDb
 from sparkwave.core.catalog.jobs import JobsMixin, Phase
 from sparkwave.core.chunk import VNODES
 from sparkwave.core.epoch import Lag
@@ -36,7 +36,7 @@ def _sink(row: tuple) -> SinkRow:
 
 
 class SinksMixin(JobsMixin):
-    def add_sink(self, db: sqlite3.Connection, sink: SinkRow, epoch: int, snapshot: bool,
+    def add_sink(self, db: CatalogDb, sink: SinkRow, epoch: int, snapshot: bool,
                  rate_limit: int | None) -> int:
         """Add a sink and its job, pinning its MV at `epoch`: with `snapshot`, its backfill delivers
         the MV as of `epoch` first; without, it starts from the epochs after. Returns the job id."""
@@ -64,7 +64,7 @@ class SinksMixin(JobsMixin):
         row = self._one(f"SELECT {_SINK_COLS} FROM sinks WHERE name = ?", (name,))
         return _sink(row) if row else None
 
-    def remove_sink(self, db: sqlite3.Connection, name: str) -> None:
+    def remove_sink(self, db: CatalogDb, name: str) -> None:
         job = db.execute("SELECT job FROM sinks WHERE name = ?", (name,)).fetchone()
         if job:
             for table in ("job_chunks", "job_steps"):

@@ -4,9 +4,9 @@ source's history as of an epoch a backfill reads it at, and its bad records."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import NamedTuple
 
+from sparkwave.core.catalog.backend import CatalogDb
 from sparkwave.core.catalog.connection import CatalogBase
 
 Ranges = dict[str, list[int]]  # {split: [start, end)}
@@ -32,7 +32,7 @@ class SourcesMixin(CatalogBase):
     def source_offsets(self, relation: str) -> dict[str, int]:
         return dict(self._all('SELECT split, "offset" FROM source_offsets WHERE relation = ?', (relation,)))
 
-    def set_source_offsets(self, db: sqlite3.Connection, relation: str, offsets: dict[str, int]) -> None:
+    def set_source_offsets(self, db: CatalogDb, relation: str, offsets: dict[str, int]) -> None:
         """A source's starting offsets, decided at CREATE."""
         db.executemany('INSERT OR REPLACE INTO source_offsets VALUES (?, ?, ?)',
                        [(relation, s, o) for s, o in offsets.items()])
@@ -48,7 +48,7 @@ class SourcesMixin(CatalogBase):
                 out.append(EpochRanges(epoch, ranges))
         return out
 
-    def record_source_snapshot(self, db: sqlite3.Connection, relation: str, epoch: int, ranges: Ranges) -> None:
+    def record_source_snapshot(self, db: CatalogDb, relation: str, epoch: int, ranges: Ranges) -> None:
         db.execute("INSERT OR REPLACE INTO source_snapshots VALUES (?, ?, ?)", (relation, epoch, json.dumps(ranges)))
 
     def source_snapshot(self, relation: str, epoch: int) -> Ranges | None:
@@ -61,7 +61,8 @@ class SourcesMixin(CatalogBase):
 
     def source_errors(self, relation: str | None = None, limit: int = -1) -> list[SourceError]:
         """Bad source records in offset order, the first `limit` of them (-1: all)."""
+        where, args = ("WHERE relation = ? ", (relation,)) if relation is not None else ("", ())
+        bound = " LIMIT ?" if limit >= 0 else ""  # PostgreSQL has no LIMIT -1
         return [SourceError(*r) for r in self._all(
-            'SELECT relation, split, "offset", epoch, error, raw FROM source_errors '
-            "WHERE ? IS NULL OR relation = ? ORDER BY relation, CAST(split AS INTEGER), \"offset\" LIMIT ?",
-            (relation, relation, limit))]
+            f'SELECT relation, split, "offset", epoch, error, raw FROM source_errors {where}'
+            f'ORDER BY relation, CAST(split AS INTEGER), "offset"{bound}', args + ((limit,) if limit >= 0 else ()))]

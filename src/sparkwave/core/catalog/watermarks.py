@@ -4,9 +4,9 @@ recovery and a creating job read the same value as of an epoch; and the rows dro
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 
+from sparkwave.core.catalog.backend import CatalogDb
 from sparkwave.core.catalog.connection import CatalogBase
 
 # What `commit_epoch` records: (relation, split, value); split '' is the relation's watermark.
@@ -16,7 +16,7 @@ NewWatermark = tuple[str, str, int]
 JudgedRange = tuple[str, str, int, int, int]
 
 
-def record_watermarks(db: sqlite3.Connection, epoch: int, watermarks: Sequence[NewWatermark],
+def record_watermarks(db: CatalogDb, epoch: int, watermarks: Sequence[NewWatermark],
                       late: dict[str, int], judged: Sequence[JudgedRange] = ()) -> None:
     """Inside the epoch's commit transaction: the values the epoch moved, the late rows it dropped
     and, for a source, the watermark its offsets were judged by (a backfill reads them again)."""
@@ -27,7 +27,7 @@ def record_watermarks(db: sqlite3.Connection, epoch: int, watermarks: Sequence[N
                    "SET count = count + excluded.count", [(r, n) for r, n in late.items() if n])
 
 
-def prune_watermarks(db: sqlite3.Connection, cut: int) -> None:
+def prune_watermarks(db: CatalogDb, cut: int) -> None:
     """Forget the watermarks of epochs before `cut` (history pruning) but the last each split had by
     then, which every epoch from `cut` on reads."""
     db.execute("DELETE FROM watermarks WHERE epoch < ? AND epoch < (SELECT max(x.epoch) FROM watermarks x "
@@ -59,7 +59,7 @@ class WatermarksMixin(CatalogBase):
         """Rows dropped because they arrived below their relation's watermark, per relation."""
         return {r: int(n) for r, n in self._all("SELECT relation, count FROM late_rows")}
 
-    def forget_watermarks(self, db: sqlite3.Connection, relation: str) -> None:
+    def forget_watermarks(self, db: CatalogDb, relation: str) -> None:
         """A dropped relation's watermarks and late-row count (in the DROP's transaction)."""
         db.execute("DELETE FROM watermarks WHERE relation = ?", (relation,))
         db.execute("DELETE FROM late_rows WHERE relation = ?", (relation,))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from pyspark.sql import SparkSession
 from sqlglot import exp
@@ -15,6 +16,7 @@ from sqlglot import exp
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import SparkwaveError
 from sparkwave.core.schema import Schema
+from sparkwave.core.spark_features import is_session
 from sparkwave.frontend.common_subplans import share_common_subplans
 from sparkwave.frontend.plan.closed_world import check_closed
 from sparkwave.frontend.plan.context import PlanContext
@@ -41,7 +43,8 @@ class Planner:
     list); `types` is a `TypeOracle`, or a SparkSession whose analyser is the oracle."""
 
     def __init__(self, stmt: Statement, lookup: Callable[[str], Relation], types: TypeOracle | SparkSession) -> None:
-        self.ctx = PlanContext(stmt, lookup, SparkTypes(types) if isinstance(types, SparkSession) else types)
+        self.ctx = PlanContext(stmt, lookup, SparkTypes(cast(SparkSession, types)) if is_session(types)
+                               else cast(TypeOracle, types))
 
     def plan(self, query: exp.Expr) -> MvPlan:
         ctx = self.ctx

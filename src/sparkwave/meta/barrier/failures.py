@@ -54,10 +54,12 @@ def deterministic(err: BaseException | None) -> bool:
         return False
     if isinstance(err, pa.ArrowException):
         return not isinstance(err, (pa.ArrowMemoryError, pa.ArrowIOError))
-    if isinstance(err, CapturedException):
+    # a Spark Connect server's errors are its JVM's, raised by the client (`spark_features`)
+    if isinstance(err, CapturedException) or type(err).__module__ == "pyspark.errors.exceptions.connect":
         text = str(err)
         return not any(m in text for m in ("OutOfMemory", "SparkContext", "shut down", "Connection", "CANCELLED",
-                                           "cancelled"))
+                                           "cancelled", "OPERATION_CANCELED", "canceled", "UNAVAILABLE",
+                                           "INVALID_HANDLE"))
     return isinstance(err, (SparkwaveError, ArithmeticError, ValueError, TypeError, KeyError, IndexError))
 
 

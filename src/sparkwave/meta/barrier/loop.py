@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from sparkwave.core import spark_features
 from sparkwave.core.crash import crash_point
 from sparkwave.core.errors import PipelineError
 from sparkwave.meta.barrier import failures
@@ -93,7 +94,7 @@ class BarrierLoop(Service):
 
     def _cancel_group(self) -> None:
         # its future jobs too: a relation busy on the driver now starts its next job cancelled
-        self.rt.spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(self._group)
+        spark_features.cancel_group(self.rt.spark, self._group, future=True)
 
     def resume(self) -> None:
         """Epochs may run again: the DROP that abandoned one is done."""
@@ -104,11 +105,11 @@ class BarrierLoop(Service):
         """Put this thread's Spark jobs in the running attempt's group, once per thread and attempt:
         a pool thread runs many relations of an attempt, and each join is a few Py4J calls (nothing
         else sets a group on the loop's threads)."""
-        if getattr(self._joined, "group", None) == self._group:
+        joined = getattr(self._joined, "group", None)
+        if joined == self._group:
             return
-        sc = self.rt.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", MAIN_POOL)
-        sc.setJobGroup(self._group, "sparkwave epoch", interruptOnCancel=True)
+        spark_features.join_group(self.rt.spark, self._group, pool=MAIN_POOL, description="sparkwave epoch",
+                                  leave=joined)
         self._joined.group = self._group
 
     def _run(self) -> None:

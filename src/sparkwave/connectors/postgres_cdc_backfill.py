@@ -1,0 +1,363 @@
+"""The CDC backfill's chunks: the upstream table's rows of a primary-key range, read at one snapshot.
+
+A chunk is every row whose key lies in `[pos, next)` at the snapshot S of a REPEATABLE READ
+transaction; the connector writes its WAL mark after S (`postgres_cdc.py` says why that is exact).
+Keys whose columns are all integers are read in chunks (a composite key by row-value comparison,
+`(a, b) >= (p, q) ORDER BY a, b LIMIT n`, which PostgreSQL answers from the key's index when the
+key is declared in the index's column order); any other key in one chunk, the whole table: a text
+key's order is its collation's, which the stream's filter could not repeat.
+
+A single integer key is read by several connections at once, all at S: the first exports its
+snapshot (`pg_export_snapshot()`), the others adopt it (`SET TRANSACTION SNAPSHOT`), and each reads
+one part of the key range, parses its CSV and converts it by Arrow's casts. The parts are cut by key
+value from the keys per row the last chunk found (no scan to find them): a part that meets more rows
+than expected stops at its LIMIT, and the chunk then ends at the last row kept, so a chunk is still
+one contiguous key range read whole at S, of at most `limit` rows.
+
+The next chunk is read while the epoch that took this one runs (`Prefetch`), from the position that
+epoch will commit; the next plan takes it if that epoch committed as planned. Its snapshot is taken
+after this epoch's stream range ended, so it must see every transaction committed before that end:
+a transaction of the range still in progress in the snapshot (its commit record written, the commit
+not yet visible: a synchronous standby's wait) fails the check and the chunk is read again at the
+plan."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sparkwave.connectors.postgres_cdc_values import arrow_columns, csv_texts
+from sparkwave.core.schema import SqlType
+
+log = logging.getLogger("sparkwave.postgres_cdc")
+Key = tuple[int, ...]
+# A position past every transaction committed (visible) so far, flushed: the end of a WAL record written now
+# (a logical message no publication decodes, flushed by the call). The WAL insert position would do, but
+# waiting for its flush may never end while the server is idle (at a page boundary it lies past the last record).
+MARK = "SELECT (pg_logical_emit_message(false, 'sparkwave', '', true) - '0/0')::bigint"
+INT_BITS = {"smallint": 15, "int": 31, "bigint": 63}
+PART_ROWS = 20_000  # a part smaller than this is not worth a connection of its own
+LAST = (1 << 63) - 1  # the greatest position a split can hold
+
+
+@dataclass
+class Chunk:
+    rows: pa.Table  # text values (strings), in the read columns' order
+    values: list[pa.Array] | None  # the rows by Arrow's casts; None: a value needs the row parser
+    next: Key  # the backfill's position after it
+    wal: int  # a WAL position written after its snapshot (`MARK`)
+    done: bool  # the last chunk
+
+
+@dataclass
+class _Part:
+    rows: pa.Table
+    values: list[pa.Array] | None
+    full: bool  # it stopped at its LIMIT: keys past its last row were not read
+
+
+class ChunkReader:
+    """Reads chunks of one upstream table; `open_conn` makes a connection with the connector's settings."""
+
+    def __init__(self, table: Any, columns: list[tuple[str, SqlType]], key: list[str], parallelism: int,
+                 open_conn: Callable[[], Any]) -> None:
+        types = dict(columns)
+        self.table, self.columns, self.key = table, columns, key
+        self.chunked = all(types[k].name in INT_BITS for k in key)
+        self.bits = [INT_BITS.get(types[k].name, 63) for k in key]
+        self.slots = [[n for n, _ in columns].index(k) for k in key]
+        self.parallelism = parallelism if self.chunked and len(key) == 1 else 1
+        self.open_conn = open_conn
+        self.keys_per_row = 1.0  # an integer key has at least one value per row: the first guess never overshoots
+        self._extra: list[Any] = []
+
+    def close(self) -> None:
+        for conn in self._extra:
+            conn.close()
+        self._extra = []
+
+    # --- SQL ---------------------------------------------------------------------------------------
+    def _cols(self) -> Any:
+        from psycopg import sql
+        # Output names of their own: ORDER BY a bare name would sort by the output column. Each value in
+        # its type's output form, as pgoutput sends it (a `::text` cast is not: it trims char(n)'s padding).
+        return sql.SQL(", ").join(sql.SQL("{} AS {}").format(sql.Identifier(n), sql.Identifier(f"_c{i}"))
+                                  for i, (n, _) in enumerate(self.columns))
+
+    def _keys(self) -> Any:
+        from psycopg import sql
+        names = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
+        return names if len(self.key) == 1 else sql.SQL("({})").format(names)
+
+    def _cmp(self, op: str, key: Key) -> Any:
+        """`key-columns op key` (a row-value comparison for a composite key), with literals: COPY takes
+        no parameters."""
+        from psycopg import sql
+        values = sql.SQL(", ").join(sql.Literal(v) for v in key)
+        return sql.SQL("{} {} {}").format(self._keys(), sql.SQL(op),
+                                          values if len(key) == 1 else sql.SQL("({})").format(values))
+
+    def _query(self, conds: list[Any], limit: int | None) -> Any:
+        from psycopg import sql
+        query = sql.SQL("SELECT {} FROM {}").format(self._cols(), self.table)
+        if conds:
+            query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds)
+        if self.chunked:
+            order = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
+            query += sql.SQL(" ORDER BY {}").format(order)
+        if limit is not None:
+            query += sql.SQL(" LIMIT {}").format(sql.Literal(limit))
+        return query
+
+    # --- keys --------------------------------------------------------------------------------------
+    def first_key(self, conn: Any) -> Key:
+        """The least key (the backfill's first position); zeros where the table is empty or the key is
+        read in one chunk."""
+        from psycopg import sql
+        if not self.chunked:
+            return (0,) * len(self.key)
+        order = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
+        row = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(order, self.table, order)).fetchone()
+        return (0,) * len(self.key) if row is None else tuple(int(v) for v in row)
+
+    def successor(self, key: Key) -> Key | None:
+        """The next key after `key` in the key's order (integers: the last column plus one, carried
+        into the column before at its type's bound); None past the greatest."""
+        out = list(key)
+        for i in range(len(out) - 1, -1, -1):
+            if out[i] < (1 << self.bits[i]) - 1:
+                out[i] += 1
+                return tuple(out)
+            out[i] = -(1 << self.bits[i])
+        return None
+
+    def key_of(self, rows: pa.Table, i: int) -> Key:
+        return tuple(int(rows.column(s)[i].as_py()) for s in self.slots)
+
+    def below(self, key: Key, pos: Key) -> bool:
+        return key < pos
+
+    # --- reading -----------------------------------------------------------------------------------
+    def read(self, conn: Any, pos: Key, end: Key | None, limit: int | None) -> tuple[pa.Table, list[pa.Array] | None,
+                                                                                     Key, bool]:
+        """The rows of keys in `[pos, end)` (`end` None: from `pos`, at most `limit`), in the transaction
+        `conn` has begun (REPEATABLE READ, its snapshot not yet taken): the rows, their Arrow values,
+        the next position and whether no key is left past it."""
+        if not self.chunked:
+            conn.execute("SELECT pg_current_snapshot()")
+            part = self._part(conn, self._query([], None), None)
+            return part.rows, part.values, tuple(v + 1 for v in pos), True
+        parts = 1 if end is not None or limit is None else max(1, min(self.parallelism, limit // PART_ROWS))
+        if parts > 1:
+            return self._parallel(conn, pos, limit or 0, parts)
+        conn.execute("SELECT pg_current_snapshot()")  # the snapshot is taken here, by the first statement
+        conds = [self._cmp(">=", pos)] + ([self._cmp("<", end)] if end is not None else [])
+        part = self._part(conn, self._query(conds, limit), limit)
+        if end is not None:
+            return part.rows, part.values, end, False
+        if not part.rows.num_rows:
+            return part.rows, part.values, pos, True
+        after = self.successor(self.key_of(part.rows, part.rows.num_rows - 1))
+        done = not part.full or after is None
+        return part.rows, part.values, _stored(after, pos), done
+
+    def _part(self, conn: Any, query: Any, limit: int | None) -> _Part:
+        from psycopg import sql
+        data = bytearray()
+        # COPY's CSV into Arrow: ~10x a fetch of Python rows
+        with conn.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)) as copy:
+            for block in copy:
+                data += block
+        rows = csv_texts(bytes(data), len(self.columns))
+        values = arrow_columns(self.columns, rows.columns) if rows.num_rows else None
+        return _Part(rows, values, limit is not None and rows.num_rows >= limit)
+
+    def _connections(self, n: int) -> list[Any]:
+        self._extra = [c for c in self._extra if not c.closed]
+        while len(self._extra) < n:
+            self._extra.append(self.open_conn())
+        return self._extra[:n]
+
+    def _parallel(self, conn: Any, pos: Key, limit: int, parts: int) -> tuple[pa.Table, list[pa.Array] | None,
+                                                                                Key, bool]:
+        """One chunk read in `parts` key ranges by as many connections at `conn`'s snapshot."""
+        from psycopg import sql
+        snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]  # takes the snapshot
+        k = sql.Identifier(self.key[0])
+        first, top = conn.execute(sql.SQL("SELECT min({}), max({}) FROM {} WHERE {} >= {}").format(
+            k, k, self.table, k, sql.Literal(pos[0]))).fetchone()
+        if first is None:
+            return csv_texts(b"", len(self.columns)), None, pos, True
+        span = max(parts, int(self.keys_per_row * limit))
+        bounds = sorted({min(first + span * i // parts, top + 1) for i in range(parts + 1)})
+        others = self._connections(len(bounds) - 2)
+        began = []
+        try:
+            for c in others:
+                c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                began.append(c)
+                c.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+            results = self._read_parts([conn, *others], bounds, top, limit)
+        except BaseException:
+            self.close()  # a connection in an unknown state is not used again
+            raise
+        finally:
+            for c in began:
+                if not c.closed:
+                    c.execute("COMMIT")
+        return self._assemble(results, bounds[-1], top, limit, first)
+
+    def _read_parts(self, conns: list[Any], bounds: list[int], top: int, limit: int) -> list[_Part]:
+        from psycopg import sql
+        k = sql.Identifier(self.key[0])
+        results: list[_Part | BaseException | None] = [None] * len(conns)
+
+        def run(i: int) -> None:
+            lo, hi = bounds[i], bounds[i + 1]
+            upper = sql.SQL("{} <= {}").format(k, sql.Literal(top)) if hi > top else \
+                sql.SQL("{} < {}").format(k, sql.Literal(hi))
+            try:
+                results[i] = self._part(conns[i], self._query([sql.SQL("{} >= {}").format(k, sql.Literal(lo)), upper],
+                                                              limit), limit)
+            except BaseException as e:  # raised by the caller's thread
+                results[i] = e
+
+        threads = [threading.Thread(target=run, args=(i,), name=f"cdc-chunk-{i}") for i in range(1, len(conns))]
+        for t in threads:
+            t.start()
+        run(0)
+        for t in threads:
+            t.join()
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return [r for r in results if isinstance(r, _Part)]
+
+    def _assemble(self, parts: list[_Part], span_end: int, top: int, limit: int, first: int) -> tuple[
+            pa.Table, list[pa.Array] | None, Key, bool]:
+        """The parts' rows in key order up to `limit` rows or the first part cut by its LIMIT; the
+        chunk ends after its last row then, else where the parts' ranges end."""
+        kept: list[_Part] = []
+        total, cut = 0, False
+        for part in parts:
+            n = part.rows.num_rows
+            if total + n > limit:
+                n = limit - total
+                part = _Part(part.rows.slice(0, n), None if part.values is None else [v.slice(0, n) for v in
+                                                                                       part.values], True)
+            if n:
+                kept.append(part)
+            total += n
+            if part.full or total >= limit:
+                cut = True
+                break
+        rows = pa.concat_tables([p.rows for p in kept]) if kept else csv_texts(b"", len(self.columns))
+        converted = [p.values for p in kept if p.values is not None]
+        values = None if not kept or len(converted) < len(kept) else \
+            [pa.concat_arrays([v[i] for v in converted]) for i in range(len(self.columns))]
+        if cut and total:
+            after = self.successor(self.key_of(rows, total - 1))
+            nxt, done = (after[0], False) if after is not None else (LAST, True)
+        else:
+            nxt, done = min(span_end, LAST), span_end > top
+        if total:
+            self.keys_per_row = max(1.0, (nxt - first) / total)
+        return rows, values, (nxt,), done
+
+
+def _stored(key: Key | None, pos: Key) -> Key:
+    """A position a split can hold: past the greatest key (None), the greatest storable."""
+    return key if key is not None else tuple(LAST for _ in pos)
+
+
+def read_chunk(conn: Any, reader: ChunkReader, pos: Key, end: Key | None, limit: int | None,
+               committed_before: Iterable[int] = ()) -> Chunk | None:
+    """A chunk in one REPEATABLE READ transaction, then a WAL mark written after its snapshot (`MARK`:
+    written by the same connection). None if a transaction of `committed_before` (xids of transactions whose
+    commit lies before the epoch's start) is not visible to the snapshot: its rows would miss it."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        rows, values, after, done = reader.read(conn, pos, end, limit)
+        snapshot = str(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # the transaction's
+    finally:
+        conn.execute("COMMIT")
+    if any(not visible(snapshot, xid) for xid in committed_before):
+        return None
+    wal = int(conn.execute(MARK).fetchone()[0])
+    if done:
+        reader.close()  # the other connections are not needed again
+    return Chunk(rows, values, after, wal, done)
+
+
+def visible(snapshot: str, xid: int) -> bool:
+    """Whether a finished transaction `xid` (32 bits, as pgoutput sends it) is seen by `snapshot`
+    (`xmin:xmax:xip,...`, 64-bit xids): neither running then (`xip`) nor begun at or after `xmax`."""
+    _, xmax, running = snapshot.split(":")
+    xid &= 0xFFFFFFFF
+    if xid in {int(x) & 0xFFFFFFFF for x in running.split(",") if x}:
+        return False
+    return (xid - int(xmax)) & 0xFFFFFFFF >= 1 << 31  # before xmax, in the circular order of 32-bit xids
+
+
+class Prefetch:
+    """The next chunk, read on a connection of its own while the epoch runs; one read at a time with
+    the connector's own (`take` and `wait` join it first)."""
+
+    def __init__(self, reader: ChunkReader, open_conn: Callable[[], Any]) -> None:
+        self.reader, self.open_conn = reader, open_conn
+        self._conn: Any = None
+        self._thread: threading.Thread | None = None
+        self._result: tuple[Key, int, Chunk | None] | None = None
+
+    def start(self, pos: Key, start: int, limit: int, committed_before: Iterable[int]) -> None:
+        """Reads the chunk from `pos` for the plan whose stream starts at `start`."""
+        self.wait()
+        xids = list(committed_before)
+
+        def run() -> None:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self.open_conn()
+                self._result = (pos, start, read_chunk(self._conn, self.reader, pos, None, limit, xids))
+            except Exception as e:  # the plan reads the chunk itself, and reports what fails then
+                log.debug("reading the next chunk ahead failed: %s", e)
+                self._result = None
+                self.close_conn()
+
+        self._thread = threading.Thread(target=run, name="cdc-prefetch", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def take(self, pos: Key, start: int, limit: int) -> Chunk | None:
+        """The chunk read ahead, if it is the one this plan reads: from `pos`, for a stream from
+        `start`; its first `limit` rows where it has more (still a whole key range at its snapshot)."""
+        self.wait()
+        result, self._result = self._result, None
+        if result is None or result[:2] != (pos, start) or (chunk := result[2]) is None:
+            return None
+        if chunk.rows.num_rows <= limit:
+            return chunk
+        after = self.reader.successor(self.reader.key_of(chunk.rows, limit - 1)) if limit > 0 else None
+        if after is None:
+            return None
+        values = None if chunk.values is None else [v.slice(0, limit) for v in chunk.values]
+        return Chunk(chunk.rows.slice(0, limit), values, after, chunk.wal, False)
+
+    def close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        self.wait()
+        self._result = None
+        self.close_conn()
