@@ -43,6 +43,7 @@ class WorkerKiller(threading.Thread):
         self.scheduler = sc._jsc.sc().taskScheduler()
         self.to_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
         self.stages: list[int] = []
+        self.groups: list[str] = []
         self.done = threading.Event()
 
     def _both_busy(self) -> bool:
@@ -58,10 +59,21 @@ class WorkerKiller(threading.Thread):
             os.killpg(self.pgid, signal.SIGSTOP)  # from here on the victim's task cannot finish
             if all(self._both_busy() for _ in range(3)):
                 self.stages = list(self.spark.sparkContext.statusTracker().getActiveStageIds())
+                self.groups = sorted({self._group(stage) for stage in self.stages})
                 os.killpg(self.pgid, signal.SIGKILL)
                 return
             os.killpg(self.pgid, signal.SIGCONT)
             streak = 0
+
+    def _group(self, stage: int) -> str:
+        """The Spark job group of a running stage: whose work the kill fell in (an epoch's, a creating job's)."""
+        try:  # never in the way of the kill: the victim is stopped meanwhile
+            info = self.spark.sparkContext.statusTracker().getStageInfo(stage)
+            manager = self.scheduler.taskSetManagerForAttempt(stage, info.currentAttemptId if info else 0)
+            return str(manager.get().taskSet().properties().getProperty("spark.jobGroup.id")) \
+                if manager.isDefined() else "?"
+        except Exception as e:
+            return f"?({type(e).__name__})"
 
     def report(self) -> None:
         """The stages killed in, and the tasks that failed in them and after (the victim's, run again)."""
@@ -78,6 +90,7 @@ class WorkerKiller(threading.Thread):
             failed += info.numFailedTasks if info else 0
             stage += 1
         print(f"killed in stages {sorted(self.stages)}", flush=True)
+        print(f"killed in groups {' '.join(self.groups)}", flush=True)
         print(f"failed tasks {failed}", flush=True)
 
 

@@ -38,3 +38,6 @@ def test_a_worker_killed_mid_task_loses_nothing(tmp_path, when):
     failed = re.search(r"^failed tasks (\d+)$", out, re.M)
     assert failed and int(failed.group(1)) >= 1, out  # the victim's task was lost mid-run, and run again
     assert "checked 4 epochs" in out, out
+    groups = re.search(r"^killed in groups (.*)$", out, re.M)  # the kill fell in the work named, not in a check's read
+    want = "sparkwave-epoch-" if when == "epoch" else "sparkwave-job-"
+    assert groups and any(g.startswith(want) for g in groups.group(1).split()), out

@@ -8,6 +8,8 @@ restart and a slot dropped outside."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
@@ -129,6 +131,21 @@ def test_toasted_values_and_bad_rows_are_set_aside_and_counted(session, postgres
     session.sql("DROP TABLE d")
 
 
+def _await_password_over(socket_dir: str, postgres, db: str) -> None:
+    """`pg_reload_conf()` only signals the postmaster, which reloads pg_hba.conf later: a connection made
+    at once may still meet the old rules. Waits until the socket asks for the password."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            psycopg.connect(host=socket_dir, port=postgres.port, user=postgres.user, password=postgres.password,
+                            dbname=db, require_auth="scram-sha-256").close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_a_unix_socket_host_needs_the_password_and_chunks_follow_the_rate_limit(session, postgres):
     db = _db(postgres, "cdc_socket")
     conn = psycopg.connect(postgres.dsn(db), autocommit=True)
@@ -144,6 +161,7 @@ def test_a_unix_socket_host_needs_the_password_and_chunks_follow_the_rate_limit(
     hba.write_text(f"local all {postgres.user} scram-sha-256\n" + original)  # the password over the socket
     conn.execute("SELECT pg_reload_conf()")
     try:
+        _await_password_over(socket_dir, postgres, db)
         session.sql(f"CREATE TABLE s (id int PRIMARY KEY, x int) WITH ({opts})")
         session.flush()
         assert len(rows_of(session.table("s"))) == 10, "max.rows.per.epoch bounds the chunk"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -229,7 +230,9 @@ def _connect_spark(log_path: Path, url: str, conf: dict[str, str]) -> Any:
     try:
         return connect_spark(url, conf)
     except Exception as e:
-        raise ServeError(f"no Spark Connect session at {url}: {str(e).strip().splitlines()[0][:300]}") from None
+        token = re.compile(r"(;\s*token\s*=)[^;\s]*", re.I)  # a credential: never on the console
+        shown, reason = (token.sub(r"\1***", t) for t in (url, str(e).strip().splitlines()[0][:300]))
+        raise ServeError(f"no Spark Connect session at {shown}: {reason}") from None
 
 
 # --- the address file ----------------------------------------------------------------------------

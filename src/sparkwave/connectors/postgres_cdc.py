@@ -26,7 +26,7 @@ Why that is exact: every change is a full row image of its key (an insert or upd
 row, a delete removes the key), so the last change of a key in `[start, X)` is its row at X,
 whatever the chunk saw; a key without one keeps the chunk's row, which is its row at X because the
 chunk's snapshot sees every transaction committed before `start` (it was taken after the previous
-epoch's plan, and a transaction of the previous range not yet visible to it fails the chunk) and
+epoch's plan, and a transaction of a range since the last chunk not yet visible to it fails the chunk) and
 none committed at or after X (X was read after the snapshot). A TOASTed value an
 update left unchanged is not sent: it is taken from the old row (REPLICA IDENTITY FULL), else the
 change is set aside as a bad record naming the fix. After a crash a replayed backfill epoch reads
@@ -142,7 +142,8 @@ class PostgresCdc(Connector):
         self._positions: list[tuple[str, int]] = []
         self._retry_at = 0.0
         self._failures = 0
-        self._decoded: tuple[int, list[int]] = (-1, [])  # the last planned stream range's end, its xids
+        # The last planned stream range's end, and the xids of the ranges since the last chunk taken
+        self._decoded: tuple[int, list[int]] = (-1, [])
 
     @functools.cached_property
     def columns(self) -> list[tuple[str, SqlType]]:
@@ -400,6 +401,9 @@ class PostgresCdc(Connector):
 
     def _plan(self, committed: dict[str, int], budget: int) -> dict[str, list[int]]:
         start, pos, done = committed.get(LSN, 0), self._committed_key(committed), BACKFILLED in committed
+        if self._decoded[0] != start and not done:  # a restart, or a connector replaced by an ALTER: the last
+            # committed range is still in the slot (advanced below), its transactions for the next chunk's check
+            self._decoded = (start, [t.xid for t in self._changes(0, start, None)[0]])
         self._advance(start)
         target = self._wal_position()
         txns, complete, stop = self._changes(start, target, budget)
@@ -407,7 +411,7 @@ class PostgresCdc(Connector):
         room = budget - sum(len(t.changes) for t in txns)
         limit = min(room, self.int_option("snapshot.batch_size"))
         if complete and not done and room > 0:
-            prior = self._decoded[1] if self._decoded[0] == start else []  # the xids of the range before
+            prior = self._decoded[1] if self._decoded[0] == start else []  # the xids since the last chunk
             chunk = self.prefetch.take(pos, start, limit) or self._read_chunk(pos, None, limit, prior)
             crash_point("cdc_after_chunk_read")
             # The range must end after the chunk's snapshot; a chunk read ahead was, before `target`.
@@ -431,8 +435,9 @@ class PostgresCdc(Connector):
             ranges.update({s: [a, a] for s, a in zip(self.key_splits, pos, strict=True)})
         if ranges:
             self._planned = {_key(ranges): self._batch(chunk, txns, self._position(ranges))}
-        if LSN in ranges:
-            self._decoded = (end, [t.xid for t in txns])
+        if LSN in ranges:  # a chunk's snapshot saw every transaction before `start`; without one, they carry on
+            since = [] if chunk is not None or done or self._decoded[0] != start else self._decoded[1]
+            self._decoded = (end, since + [t.xid for t in txns])
         if chunk is not None and not chunk.done and LSN in ranges:  # the next chunk, while this epoch runs
             self.prefetch.start(chunk.next, end, limit, self._decoded[1])
         elif chunk is not None and chunk.done:
@@ -475,7 +480,9 @@ class PostgresCdc(Connector):
             chunk = None
             lo, hi = (tuple(ranges.get(s, [0, 0])[i] for s in self.key_splits) for i in (0, 1))
             if BACKFILL in ranges and hi > lo:
-                chunk = self._read_chunk(lo, hi, None)  # names no xid: never None
+                # The last chunk read every key from `lo`: its end may be the greatest position a split holds,
+                # which a bigint key can equal (a range ending there would leave that key out).
+                chunk = self._read_chunk(lo, None if BACKFILLED in ranges else hi, None)  # names no xid: never None
             batch = self._batch(chunk, txns, self._position(ranges))
         return batch
 

@@ -212,6 +212,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _exit_on(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkwave.devtools.spark_cluster",
                                      description="Run COMMAND with a Spark standalone cluster on 127.0.0.1.")
@@ -229,17 +233,35 @@ def main(argv: list[str] | None = None) -> int:
 
     folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="sparkwave-cluster-"))
     cluster = StandaloneCluster(folder, workers=args.workers, cores=args.cores, memory=args.memory)
+    # The daemons are sessions of their own: a SIGTERM (a CI timeout) or SIGHUP that ended this process
+    # where it stands would leave them running. Before COMMAND runs it stops the start; then it goes to COMMAND,
+    # whose exit ends the wrapper as usual.
+    before = {sig: signal.signal(sig, _exit_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    proc: subprocess.Popen[bytes] | None = None
     try:
         cluster.start()
         print(f"spark standalone cluster at {cluster.url} ({args.workers} workers, status {cluster.status_url})",
               flush=True)
         env = dict(os.environ, SPARKWAVE_TEST_MASTER=cluster.url, SPARKWAVE_SPARK_MASTER=cluster.url,
                    SPARK_LOCAL_IP="127.0.0.1", PYSPARK_SUBMIT_ARGS=cluster.submit_args())
-        return subprocess.run(command, env=env).returncode
+        proc = subprocess.Popen(command, env=env)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda signum, _: proc.send_signal(signum) if proc is not None else None)
+        code = proc.wait()
+        return 128 - code if code < 0 else code  # killed by a signal: the shell's code for it
     finally:
+        if proc is not None and proc.poll() is None:  # a signal before its forwarding, or an interrupt
+            proc.terminate()
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         cluster.stop()
         if not args.folder:
             shutil.rmtree(folder, ignore_errors=True)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

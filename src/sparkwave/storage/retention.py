@@ -77,7 +77,8 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
 
 
 def _staging_epoch(name: str) -> float:
-    """The epoch of a big epoch's staging folder (`_staging_e<epoch>`, left by a crash), else inf."""
-    rest = name.removeprefix("_staging_e")
+    """The epoch of a big epoch's staging folder (`_staging_e<epoch>-<writer>`, or `_staging_e<epoch>`
+    of an earlier release, left by a crash), else inf."""
+    rest = name.removeprefix("_staging_e").split("-", 1)[0]
     return int(rest) if rest != name and rest.isdigit() else float("inf")
 

@@ -18,6 +18,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,8 +156,9 @@ class StoredTable:
         the same one file `stage_log` writes (through a staging folder, so the file is whole or
         absent). No file when there are no rows."""
         path = self.log_file_path(epoch)
-        staging = self.log_path / f"_staging_e{epoch}"
-        shutil.rmtree(staging, ignore_errors=True)
+        # A folder of this writer's own: an owner fenced out mid-epoch may write the same epoch at
+        # once, and a shared folder's cleanup removed the other's rows before they were listed
+        staging = self.log_path / f"_staging_e{epoch}-{uuid.uuid4().hex[:12]}"
         types = {"_seq": "bigint", "_op": "tinyint", "_vnode": "smallint",
                  **{c.name: c.type.spark for c in self.schema.columns}}
         out = rows.select(F.lit(epoch).cast("bigint").alias("_epoch"),

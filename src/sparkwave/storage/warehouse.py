@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 MARKER = "SPARKWAVE_WAREHOUSE"
 FORMAT_VERSION = 1  # of the warehouse's layout; a newer one is refused, not guessed at
 _KIND = "sparkwave warehouse"
+# A folder holding only these is still being created: a crash while `CATALOG` was written leaves its .tmp
+_CREATING = {location.CATALOG_FILE, f"{location.CATALOG_FILE}.tmp"}
 
 
 class Warehouse:
@@ -69,16 +71,19 @@ class Warehouse:
         if catalog is not None and not location.is_postgres(catalog):
             raise WarehouseError("the catalog given is not a PostgreSQL connection string (postgresql://user@host/db "
                                  "or libpq's key=value form); without one the catalog is catalog.db in the warehouse")
+        if catalog is not None:
+            location.remember(catalog)  # (a recorded catalog is read with the password given)
         if self.marker_path.exists():
             self._check_marker()
             self._check_catalog(catalog)
-        elif not self.root.exists() or (self.root.is_dir() and set(os.listdir(self.root)) <= {location.CATALOG_FILE}):
+        elif not self.root.exists() or (self.root.is_dir() and set(os.listdir(self.root)) <= _CREATING):
             self.root.mkdir(parents=True, exist_ok=True)
             if catalog is not None:
                 self._new_postgres_catalog(catalog)
             Catalog(self.catalog_path).close()
             self._write_marker()
-        elif self.root.is_dir() and self.catalog_path.exists() and catalog_problem(self.catalog_path) is None:
+        elif (self.root.is_dir() and (self.catalog_path.exists() or location.recorded(self.root) is not None)
+              and catalog_problem(self.catalog_path) is None):  # (PostgreSQL: a crash before the marker's rename)
             log.warning("adopting %s, a warehouse of an earlier sparkwave: writing its %s marker", self.root, MARKER)
             self._check_catalog(catalog)
             self._write_marker()

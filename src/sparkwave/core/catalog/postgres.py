@@ -46,7 +46,8 @@ _BOOTSTRAP = (
     pid INTEGER, host TEXT, since TEXT)""",
     "INSERT INTO sparkwave_owner VALUES (1, 0, 0, NULL, NULL, NULL) ON CONFLICT DO NOTHING",
     # SQLite's CAST(text AS INTEGER): the leading integer, 0 if none (never an error)
-    """CREATE OR REPLACE FUNCTION sparkwave_int(t TEXT) RETURNS BIGINT LANGUAGE sql IMMUTABLE AS
+    # (STRICT: NULL stays NULL, as SQLite's CAST(NULL AS INTEGER); a history floor depends on it)
+    """CREATE OR REPLACE FUNCTION sparkwave_int(t TEXT) RETURNS BIGINT LANGUAGE sql IMMUTABLE STRICT AS
     $$ SELECT coalesce(substring(t from '^\\s*([+-]?[0-9]+)')::bigint, 0) $$""",
 )
 
@@ -65,9 +66,19 @@ def redacted(dsn: str) -> str:
     try:
         parts = conninfo.conninfo_to_dict(dsn)
     except Exception as e:  # psycopg.ProgrammingError; its text never echoes a password
-        raise CatalogError(f"the catalog {dsn.split('@')[-1]!r} is not a PostgreSQL connection string ({e})") from None
+        raise CatalogError(f"the catalog {_masked(dsn)!r} is not a PostgreSQL connection string ({e})") from None
     parts.pop("password", None)
     return str(conninfo.make_conninfo(**{k: str(v) for k, v in sorted(parts.items())}))  # one form per database
+
+
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)", re.I)
+
+
+def _masked(dsn: str) -> str:
+    """A connection string libpq cannot parse, as an error may show it: a URL's user info cut, every
+    `password=` value (key=value or a URL parameter; quoted, even unterminated) replaced by ***."""
+    shown = dsn.rsplit("@", 1)[-1] if "://" in dsn else dsn
+    return _PASSWORD.sub(r"\1***", shown)
 
 
 def describe(dsn: str) -> str:
@@ -156,8 +167,18 @@ class _Cursor:
         return list(self._cur.fetchall())
 
 
+def _arg(a: Any) -> Any:
+    if isinstance(a, bool):
+        return int(a)  # SQLite's booleans are integers
+    if isinstance(a, str) and "\x00" in a:
+        # PostgreSQL's text cannot hold NUL (a bad Kafka record's payload can): written as the
+        # escape its undecodable bytes get (`backslashreplace`), not an epoch refused on every retry
+        return a.replace("\x00", "\\x00")
+    return a
+
+
 def _args(args: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(int(a) if isinstance(a, bool) else a for a in args)  # SQLite's booleans are integers
+    return tuple(_arg(a) for a in args)
 
 
 class PgDb:
@@ -204,6 +225,8 @@ class PgDb:
             raise DbIntegrityError(f"{str(e).strip()} (in the {self.where})") from None
         except pg.OperationalError as e:
             raise self._failed(e) from e
+        except pg.Error as e:  # a value or statement the database refused: named, as SQLite's errors are not
+            raise CatalogError(f"the {self.where} refused {sql.split(None, 1)[0]}: {str(e).strip()}") from None
         if sql == "BEGIN":
             self._in_transaction = True
         elif sql in ("COMMIT", "ROLLBACK"):
@@ -223,6 +246,8 @@ class PgDb:
             raise DbIntegrityError(f"{str(e).strip()} (in the {self.where})") from None
         except pg.OperationalError as e:
             raise self._failed(e) from e
+        except pg.Error as e:
+            raise CatalogError(f"the {self.where} refused {sql.split(None, 1)[0]}: {str(e).strip()}") from None
 
 
 class PostgresBackend(Backend):
