@@ -26,6 +26,22 @@ def spark():
     remove_worker_dir(app)
 
 
+@pytest.fixture(autouse=True)
+def _connect_mode_restored():
+    """PySpark takes a session's kind from `SPARK_CONNECT_MODE_ENABLED`, which a Connect client sets
+    for the whole process: a test that leaves it set would turn every later classic test of its worker
+    (and the children they start) into Connect clients. Fail the test that leaks it, and restore it."""
+    mode = "SPARK_CONNECT_MODE_ENABLED"
+    before = os.environ.get(mode)
+    yield
+    if (after := os.environ.get(mode)) != before:
+        if before is None:
+            del os.environ[mode]
+        else:
+            os.environ[mode] = before
+        pytest.fail(f"the test left {mode}={after!r} (it was {before!r}): restore it")
+
+
 @pytest.fixture
 def session(spark, tmp_path):
     """A session whose epochs advance only on flush(): tests drive barriers deterministically."""

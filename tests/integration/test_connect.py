@@ -35,7 +35,10 @@ def remote_session(connect_server):
     """One Connect session for the module. The process's classic session (other tests') stays usable:
     the environment PySpark reads the mode from is as it was outside this module's tests."""
     before = os.environ.get(MODE)
-    spark = connect_spark(connect_server.url)
+    try:
+        spark = connect_spark(connect_server.url)  # sets the mode: as it was until a test asks (`remote`)
+    finally:
+        _restore(before)
     yield spark
     os.environ[MODE] = "1"
     try:

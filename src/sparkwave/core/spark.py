@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -103,12 +105,34 @@ def connect_spark(url: str, conf: dict[str, str] | None = None) -> SparkSession:
     except ImportError:
         raise SparkwaveError("a Spark Connect session needs the Connect client's packages: "
                              "pip install 'sparkwave[connect]'") from None
+    _reachable(url)
     builder = SparkSession.builder.remote(url)
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     configure(spark)
     return spark
+
+
+CONNECT_PORT = 15002  # Spark Connect's default, as in `sc://host`
+PROBE_SECONDS = 10
+
+
+def _reachable(url: str) -> None:
+    """Refuse a Connect URL whose server does not accept a connection: the client would retry its
+    first request for minutes without a word."""
+    parts = urlsplit(url.split(";", 1)[0])
+    if parts.scheme != "sc" or not parts.hostname:
+        raise SparkwaveError(f"a Spark Connect URL is sc://HOST[:PORT], not {url.split(';', 1)[0]!r}")
+    try:
+        port = parts.port or CONNECT_PORT
+    except ValueError:
+        raise SparkwaveError(f"the Spark Connect URL {url.split(';', 1)[0]!r} has no valid port") from None
+    try:
+        socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
+    except OSError as e:
+        raise SparkwaveError(f"no Spark Connect server answers at {parts.hostname}:{port} "
+                             f"({e.strerror or e}); start one, or check --spark-remote") from None
 
 
 def empty_frame(spark: SparkSession, ddl: str) -> DataFrame:
