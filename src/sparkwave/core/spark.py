@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
@@ -105,11 +105,16 @@ def connect_spark(url: str, conf: dict[str, str] | None = None) -> SparkSession:
     except ImportError:
         raise SparkwaveError("a Spark Connect session needs the Connect client's packages: "
                              "pip install 'sparkwave[connect]'") from None
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
     _reachable(url)
-    builder = SparkSession.builder.remote(url)
+    # PySpark's own `builder.remote` refuses a process with a classic session (a test worker's); its
+    # functions build Connect columns while this is set, as that builder would set it
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    builder = RemoteSession.builder.remote(url)
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    spark: Any = builder.getOrCreate()  # Connect's session, which sparkwave uses as the classic one's API
     configure(spark)
     return spark
 

@@ -244,24 +244,27 @@ def local_relation_size(df: DataFrame) -> int | None:
     return int(plan.data().size())
 
 
-def sql_over(spark: SparkSession, text: str, frames: dict[str, DataFrame]) -> DataFrame:
+def sql_over(spark: SparkSession, text: str | Callable[[], str], frames: dict[str, DataFrame]) -> DataFrame:
     """`spark.sql(text)` in which each name of `frames` reads that DataFrame, for this query alone, its
-    errors of analysis raised here. Classic: temp views, dropped once Spark has analysed the query
-    (eagerly). Connect analyses lazily, at each action, so a dropped view would be missing then: the
-    frames' plans go with the query's instead (what `spark.sql(text, name=df)` sends), no views."""
-    if is_connect(spark):
+    errors of analysis raised here. `text` may be a function: it runs while the names are temp views,
+    so that whatever it asks Spark about them (the types of a query's operands) is answered. Classic:
+    the temp views are dropped once Spark has analysed the query (eagerly). Connect analyses lazily, at
+    each action, so a dropped view would be missing then: the frames' plans go with the query's as well
+    (what `spark.sql(text, name=df)` sends)."""
+    try:
+        for name, f in frames.items():
+            f.createOrReplaceTempView(name)
+        query = text() if callable(text) else text
+        if not is_connect(spark):
+            return spark.sql(query)
         from pyspark.sql.connect.dataframe import DataFrame as RemoteFrame
         from pyspark.sql.connect.plan import SQL, SubqueryAlias
 
         plans: dict[str, Any] = frames
-        df = RemoteFrame(SQL(text, None, None, [SubqueryAlias(f._plan, name) for name, f in plans.items()]),
+        df = RemoteFrame(SQL(query, None, None, [SubqueryAlias(f._plan, name) for name, f in plans.items()]),
                          spark)  # type: ignore[arg-type]
         df.schema  # noqa: B018 (the query analysed now: a bad column is the statement's error, not a read's)
         return df
-    try:
-        for name, f in frames.items():
-            f.createOrReplaceTempView(name)
-        return spark.sql(text)
     finally:
         for name in frames:
             spark.catalog.dropTempView(name)

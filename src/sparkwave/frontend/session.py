@@ -426,7 +426,7 @@ class Session:
                 if not t.alias:
                     t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
                 t.set("this", exp.to_identifier(view))
-            return spark_features.sql_over(self.spark, translated(ast, QueryTypes(self.spark, schemas)),
+            return spark_features.sql_over(self.spark, lambda: translated(ast, QueryTypes(self.spark, schemas)),
                                            {**sets.frames, **views})
         except SparkwaveError:
             raise
