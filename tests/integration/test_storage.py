@@ -252,8 +252,6 @@ def test_key_index_finds_the_rows_of_wanted_keys_and_yields_to_a_changed_file(tm
 
     _sorted_base(path, rows[:-1])  # the file is written again (a retried compaction): the index is stale
     assert key_index.rows(path, keys, ["k1", "k2"], arrow) is None
-    key_index.remove_stale(base, "c7-")
-    assert not key_index.index_path(path).exists()
     assert not key_index.indexable(Schema((Column("k", parse_type("double precision")),), ("k",)))
 
 

@@ -298,7 +298,8 @@ class CreatingJob:
                 assert any(t.name in c.files for c in chunks.values()), f"BUG: no chunk wrote {t.name}"
             files = [f for c in chunks.values() for f in c.files.get(t.name, [])]
             rows = [pq.ParquetFile(f).metadata.num_rows for f in files]
-            bases.append((t.name, self.rt.stored(t).commit_base(s, files, rows), sum(rows), files))
+            version, files, rows = self.rt.stored(t).commit_base(s, files, rows)
+            bases.append((t.name, version, sum(rows), files))
         crash_point("backfill_between_phases")
         with self.locks.gate:
             lag = LagRule.lag(self.rt.catalog, s)

@@ -4,8 +4,9 @@ It reads the snapshot at `c` (immutable once committed), so it runs beside the b
 never on an epoch's critical path. Steps, each safe to crash after:
 1. Spark writes the snapshot, sorted by (vnode, key), into `base/_staging_c<c>/` (a small one, read
    on the driver by `snapshot.local_snapshot`, is sorted and written there by pyarrow: no job).
-2. The files move into `base/` as `c<c>-<i>.parquet`.
-3. One Delta overwrite commit carrying `Transaction(BASE_APP_ID, c)`.
+2. The files move into `base/` as `c<c>-<attempt>-<i>.parquet`: no attempt replaces another's files.
+3. One Delta overwrite commit carrying `Transaction(BASE_APP_ID, c)`, unless an earlier attempt at
+   `c` made it: its files are then the base (`StoredTable.commit_base`).
 4. The catalog records the base; only now do reads use it. Files of a crashed attempt are
    unreferenced and removed by retention."""
 
@@ -28,6 +29,7 @@ from sparkwave.storage import key_index
 from sparkwave.storage.integrity import write_table
 from sparkwave.storage.links import Linked, is_linked, link_base_files
 from sparkwave.storage.store import Store
+from sparkwave.storage.table import attempt_names
 
 log = logging.getLogger("sparkwave.compaction")
 
@@ -54,8 +56,8 @@ def leading_column(rel: Relation) -> str:
 
 def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging_name: str, prefix: str, *,
                      sort: bool = True, cluster: bool = True, lookups: bool = True) -> tuple[list[str], list[int]]:
-    """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><i>.parquet`, through a staging
-    folder, so that a crash leaves either no file or whole files. The files are not part of any
+    """Write `df` (`| _vnode | columns |`) into `base/` as `<prefix><attempt>-<i>.parquet`, through a
+    staging folder, so that a crash leaves either no file or whole files. The files are not part of any
     base until committed. With `sort` and `cluster` (compaction), the files cover disjoint vnode
     ranges (a range partitioning: a sampling job and a shuffle), each sorted by (vnode, key). A
     stateless backfill chunk does neither: its rows span a few vnodes only, and arrive almost in
@@ -69,11 +71,9 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging
     Arrow table) are sorted the same way and written by pyarrow, into one file, with no Spark job."""
     stored = rt.stored(rel)
     stored.create()
+    staging_name, prefix = attempt_names(staging_name, prefix)
     staging = stored.base_path / staging_name
-    shutil.rmtree(staging, ignore_errors=True)
     indexed = sort and cluster and rel.kind in ("table", "mv") and key_index.indexable(rel.schema)
-    if indexed:
-        key_index.remove_stale(stored.base_path, prefix)
     order = ["_vnode", *rel.schema.key] if sort and cluster else [leading_column(rel)] if sort else []
     # No dictionaries in a state's small row groups: within a few thousand rows they rarely pay for
     # themselves, and they slow the write.
@@ -133,7 +133,7 @@ def write_base(rt: Store, rel: Relation, df: DataFrame | pa.Table | Linked, epoc
     files, rows = link_base_files(rt, rel, df, staging, prefix) if isinstance(df, Linked) else \
         write_base_files(rt, rel, df, staging, prefix)
     crash_point(crash_name)
-    version = stored.commit_base(epoch, files, rows)
+    version, files, rows = stored.commit_base(epoch, files, rows)
     crash_point(crash_name + "_after_delta")
     if record:
         with rt.catalog.transaction() as db:

@@ -109,16 +109,6 @@ def _unsealed(path: Path) -> pa.Buffer | None:
     return body if zlib.crc32(body) == crc else None
 
 
-def remove_stale(base_dir: Path, prefix: str) -> None:
-    """Remove the indexes of base files named `<prefix>*` before such files are written again (a
-    retried compaction of the same epoch), so that no index outlives the file it was built from."""
-    d = base_dir.parent / "index"
-    for name in os.listdir(d) if d.exists() else []:
-        if name.startswith(prefix):
-            forget(d / name)
-            os.remove(d / name)
-
-
 @dataclass(frozen=True)
 class _Index:
     table: pa.Table  # memory-mapped, one record batch per row group of the Parquet file

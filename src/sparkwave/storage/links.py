@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from sparkwave.core import policy
 from sparkwave.core.catalog import Relation
 from sparkwave.storage.store import Store
+from sparkwave.storage.table import attempt_names
 
 __all__ = ["LINKED", "Linked", "is_linked", "link_base_files", "small_enough_to_link"]
 
@@ -41,7 +42,7 @@ class Linked:
 
 def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
                     prefix: str) -> tuple[list[str], list[int]]:
-    """Link the files of `linked` into `rel`'s base folder as `linked-<prefix><i>.parquet`, through a
+    """Link the files of `linked` into `rel`'s base folder as `linked-<prefix><attempt>-<i>.parquet`, through a
     staging folder (a crash leaves whole files or none), like `compaction.write_base_files`. An
     append-only table's log files hold inserts only (DML refuses the rest): they are rows as they
     are. The files are not part of any base until committed. The caller holds the snapshot (a creating
@@ -55,8 +56,8 @@ def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
              *(p for _, p in rt.catalog.log_files(source.name, base.epoch if base else 0, linked.epoch))]
     stored = rt.stored(rel)
     stored.create()
+    staging_name, prefix = attempt_names(staging_name, prefix)
     staging = stored.base_path / staging_name
-    shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     files, rows = [], []
     for i, path in enumerate(paths):

@@ -53,6 +53,7 @@ def apply_retention(rt: Store, rel: Relation, retention_seconds: float) -> int:
     crash_point("retention_after_delta")
     live_logs = {os.path.basename(p) for _, p in rt.catalog.log_files(rel.name, -1, keep.epoch)}
     live = {os.path.basename(f) for b in rt.catalog.bases(rel.name) for f in b.files}
+    live |= stored.base_file_names()  # a base committed to Delta by a crashed attempt is adopted by the next
     removed = 0
     fs = rt.warehouse.fs
     for name in fs.list(stored.log_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -68,6 +69,19 @@ class StagedLog:
 
     path: str
     num_rows: int
+
+
+def attempt_names(staging_name: str, prefix: str) -> tuple[str, str]:
+    """A write's staging folder and file prefix, unique to this attempt: a retried write, or
+    another owner's still running after a takeover, never replaces files one of them committed."""
+    attempt = uuid.uuid4().hex[:8]
+    return f"{staging_name}-{attempt}", f"{prefix}{attempt}-"
+
+
+def _written_order(path: str) -> list[str | int]:
+    """A base file's name with its numbers as numbers (`s5-v064-t0-<attempt>-10.parquet`): the order
+    the chunks and their writes produced the files in."""
+    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", os.path.basename(path)))]
 
 
 def base_arrow_schema(schema: Schema) -> pa.Schema:
@@ -236,14 +250,37 @@ class StoredTable:
             return StagedLog(path, rows)
         return StagedLog(path, pq.ParquetFile(path).metadata.num_rows)
 
-    def commit_base(self, epoch: int, files: list[str], rows: list[int]) -> int:
-        """Make `files` (already inside base/) the base as of `epoch`. Returns the Delta version."""
+    def commit_base(self, epoch: int, files: list[str], rows: list[int]) -> tuple[int, list[str], list[int]]:
+        """Make `files` (already inside base/) the base as of `epoch`, unless an earlier attempt at
+        `epoch` committed its own (a crash after its commit, or another owner's compaction in flight
+        at a takeover): its files hold the same rows, so they are adopted and `files` left to
+        retention. Returns the Delta version and the base's files and row counts."""
         self.base.update_incremental()
         done = self.base.transaction_version(BASE_APP_ID)
-        if done is None or done < epoch:
-            self._commit_files(self.base, files, rows, mode="overwrite", schema=base_arrow_schema(self.schema),
-                               app=BASE_APP_ID, version=epoch, stats=None)
-        return self.base.version()
+        if done is not None and done > epoch:
+            raise RuntimeError(f"the base of {self.name} at epoch {epoch} is superseded: "
+                               f"its Delta table already holds the base of epoch {done}")
+        if done == epoch and (committed := self.committed_base_files()) is not None:
+            return self.base.version(), *committed
+        self._commit_files(self.base, files, rows, mode="overwrite", schema=base_arrow_schema(self.schema),
+                           app=BASE_APP_ID, version=epoch, stats=None)
+        return self.base.version(), files, rows
+
+    def base_file_names(self) -> set[str]:
+        """The names of the files in the base Delta table's current version."""
+        self.base.update_incremental()
+        return {os.path.basename(p) for p in self.base.file_uris()}
+
+    def committed_base_files(self) -> tuple[list[str], list[int]] | None:
+        """The files of the base Delta table's current version, in the order they were written, and
+        their row counts; None if one is missing (a sweep after a crash removed it)."""
+        actions = pa.table(self.base.get_add_actions(flatten=True))
+        named = sorted(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(),
+                           strict=True), key=lambda f: _written_order(f[0]))
+        files = [str(self.base_path / os.path.basename(p)) for p, _ in named]
+        if not all(os.path.exists(f) for f in files):
+            return None
+        return files, [int(n) for _, n in named]
 
     def checkpoint(self) -> None:
         """Checkpoint each Delta table every `CHECKPOINT_EVERY` versions and clean up the commits
