@@ -42,6 +42,14 @@ def _connect_mode_restored():
         pytest.fail(f"the test left {mode}={after!r} (it was {before!r}): restore it")
 
 
+@pytest.fixture(autouse=True)
+def _serve_processes_killed():
+    """Every `sparkwave serve` a test started (`tests/serve_process.py`) is gone after it."""
+    yield
+    from tests.serve_process import kill_started
+    kill_started()
+
+
 @pytest.fixture
 def session(spark, tmp_path):
     """A session whose epochs advance only on flush(): tests drive barriers deterministically."""

@@ -42,21 +42,26 @@ def batch(i: int) -> list[tuple]:
     return out
 
 
-def main(warehouse: str, progress: str) -> None:
-    spark = create_spark(TEST_MASTER)
-    with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
-        s.sql(";".join(SETUP))
+def run(s: sparkwave.Session, progress: str, *, maintenance: bool = True) -> None:
+    """The scenario on `s`: each batch noted in `progress` before its flush; with `maintenance`, a
+    compaction after the third and the late MV after the fourth."""
+    s.sql(";".join(SETUP))
+    s.flush()
+    for i in range(BATCHES):
+        for st in batch(i):
+            s.sql(to_sql(st))
+        with open(progress, "a") as f:
+            f.write(f"{i}\n")
         s.flush()
-        for i in range(BATCHES):
-            for st in batch(i):
-                s.sql(to_sql(st))
-            with open(progress, "a") as f:
-                f.write(f"{i}\n")
-            s.flush()
-            if i == 2:
-                s.compact()
-            if i == 3:
-                s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV[0]} WITH (backfill_strategy = 'blocking') AS {LATE_MV[1]}")
+        if maintenance and i == 2:
+            s.compact()
+        if maintenance and i == 3:
+            s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV[0]} WITH (backfill_strategy = 'blocking') AS {LATE_MV[1]}")
+
+
+def main(warehouse: str, progress: str) -> None:
+    with sparkwave.connect(warehouse, spark=create_spark(TEST_MASTER), barrier_interval_ms=3_600_000) as s:
+        run(s, progress)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ import sys
 import sparkwave
 from sparkwave.core.spark import create_spark
 from tests import TEST_MASTER
-from tests.crash_child import BATCHES, SETUP, batch
-from tests.oracle import to_sql
+from tests.crash_child import run
 
 
 def main(warehouse: str, progress: str) -> None:
@@ -24,14 +23,7 @@ def main(warehouse: str, progress: str) -> None:
     spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000,
                            catalog=os.environ["SPARKWAVE_TEST_CATALOG"]) as s:
-        s.sql(";".join(SETUP))
-        s.flush()
-        for i in range(BATCHES):
-            for st in batch(i):
-                s.sql(to_sql(st))
-            with open(progress, "a") as f:
-                f.write(f"{i}\n")
-            s.flush()
+        run(s, progress, maintenance=False)
 
 
 if __name__ == "__main__":

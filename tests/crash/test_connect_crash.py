@@ -75,22 +75,10 @@ def test_restart_after_sigkill_on_connect_loses_and_duplicates_nothing(connect_s
 def _run(wh: str, progress: str, url: str) -> None:
     import sparkwave
     from sparkwave.core.spark import connect_spark
-    from tests.crash_child import BATCHES, LATE_MV, SETUP, batch
-    from tests.oracle import to_sql
+    from tests.crash_child import run
 
     with sparkwave.connect(wh, spark=connect_spark(url), barrier_interval_ms=3_600_000) as s:
-        s.sql(";".join(SETUP))
-        s.flush()
-        for i in range(BATCHES):
-            for st in batch(i):
-                s.sql(to_sql(st))
-            with open(progress, "a") as f:
-                f.write(f"{i}\n")
-            s.flush()
-            if i == 2:
-                s.compact()
-            if i == 3:
-                s.sql(f"CREATE MATERIALIZED VIEW {LATE_MV[0]} WITH (backfill_strategy = 'blocking') AS {LATE_MV[1]}")
+        run(s, progress)
 
 
 def _check(wh: str, out: str, url: str) -> None:

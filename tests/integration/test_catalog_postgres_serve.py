@@ -6,62 +6,20 @@ $PGPASSWORD and is written nowhere."""
 
 from __future__ import annotations
 
-import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import psycopg
 
 from sparkwave.core.catalog.postgres import LOCK_CLASS
 from tests.oracle import multiset
+from tests.serve_process import ServeProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-class Serve:
-    """A `sparkwave serve` subprocess and its console lines."""
-
-    def __init__(self, warehouse: Path, catalog: str, password: str, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkwave.cli.main", "serve", "--warehouse", str(warehouse), "--port", "0",
-             "--http-port", "0", "--catalog", catalog, "--barrier-interval-ms", "200", *extra], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "SPARKWAVE_SPARK_MASTER": "local[2]", "PGPASSWORD": password})
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            self.lines.put(line)
-
-    def wait_for(self, text: str, timeout: float = 240) -> str:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.time()))
-            except queue.Empty:
-                raise AssertionError(f"no {text!r} from sparkwave serve in {timeout} s:\n{''.join(self.output)}") \
-                    from None
-            if text in line:
-                return line
-
-    def listening(self) -> psycopg.Connection:
-        line = self.wait_for("listening on")
-        port = int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
-        return psycopg.connect(f"host=127.0.0.1 port={port} user=tester dbname=dev", autocommit=True)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=60)
+def Serve(warehouse: Path, catalog: str, password: str, *extra: str) -> ServeProcess:
+    """`sparkwave serve --catalog postgresql://...`, the password from the environment."""
+    return ServeProcess(warehouse, "--catalog", catalog, "--barrier-interval-ms", "200", *extra,
+                        env={"SPARKWAVE_SPARK_MASTER": "local[2]", "PGPASSWORD": password})
 
 
 def test_a_standby_server_takes_over_a_killed_one(tmp_path, postgres) -> None:
@@ -71,7 +29,7 @@ def test_a_standby_server_takes_over_a_killed_one(tmp_path, postgres) -> None:
     first = Serve(wh, catalog, postgres.password)
     second = None
     try:
-        with first.listening() as client:
+        with first.connect() as client:
             client.execute("CREATE TABLE t (k int PRIMARY KEY, g int)")
             client.execute("CREATE MATERIALIZED VIEW agg AS SELECT g, count(*) AS n FROM t GROUP BY g")
             client.execute("INSERT INTO t VALUES (1, 1), (2, 1), (3, 2)")
@@ -80,8 +38,8 @@ def test_a_standby_server_takes_over_a_killed_one(tmp_path, postgres) -> None:
         second = Serve(wh, catalog, postgres.password, "--standby")
         second.wait_for("standby: waiting")
         first.proc.send_signal(signal.SIGKILL)
-        first.close()
-        with second.listening() as client:  # it took over: the lock's session ended with the first server
+        first.kill()
+        with second.connect() as client:  # it took over: the lock's session ended with the first server
             assert multiset(client.execute("SELECT g, n FROM agg").fetchall()) == multiset([(1, 2), (2, 1)])
             client.execute("INSERT INTO t VALUES (4, 2), (5, 3)")
             client.execute("FLUSH")
@@ -90,9 +48,9 @@ def test_a_standby_server_takes_over_a_killed_one(tmp_path, postgres) -> None:
                           < 1 << 20 and p.suffix not in (".parquet", ".arrow", ".crc"))
         assert "password" not in written
     finally:
-        first.close()
+        first.kill()
         if second is not None:
-            second.close()
+            second.kill()
 
 
 def test_a_server_cut_off_from_its_lock_stops_once_a_standby_took_over(tmp_path, postgres) -> None:
@@ -104,7 +62,7 @@ def test_a_server_cut_off_from_its_lock_stops_once_a_standby_took_over(tmp_path,
     first = Serve(wh, catalog, postgres.password)
     second = None
     try:
-        with first.listening() as client:
+        with first.connect() as client:
             client.execute("CREATE TABLE t (k int PRIMARY KEY, g int)")
             client.execute("INSERT INTO t VALUES (1, 1)")
             client.execute("FLUSH")
@@ -115,11 +73,11 @@ def test_a_server_cut_off_from_its_lock_stops_once_a_standby_took_over(tmp_path,
                                     "AND granted AND database = (SELECT oid FROM pg_database WHERE datname = "
                                     "'deposed')", (LOCK_CLASS,)).fetchall()
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        with second.listening() as client:
+        with second.connect() as client:
             assert client.execute("SELECT k, g FROM t").fetchall() == [(1, 1)]
         assert "no longer owns the warehouse" in first.wait_for("stopping:")
         assert first.proc.wait(timeout=120) == 0, "".join(first.output)  # it stopped in order
     finally:
-        first.close()
+        first.kill()
         if second is not None:
-            second.close()
+            second.kill()

@@ -167,27 +167,20 @@ def test_generated_dml_mvs_equal_duckdb_on_connect(remote, tmp_path_factory, epo
 
 def test_serve_with_spark_remote_answers_postgres_clients(connect_server, tmp_path):
     """`sparkwave serve --spark-remote sc://...`: no Spark of its own; psycopg creates, writes and reads."""
-    from tests.integration.test_serve_lifecycle import STARTED, Serve
+    from tests.integration.test_serve_lifecycle import Serve
 
-    first = len(STARTED)
-    try:
-        serve = Serve(tmp_path / "wh", "--spark-remote", connect_server.url)
-        assert any(f"Spark Connect at {connect_server.url}" in line for line in serve.output), serve.output
-        with serve.connect() as c:
-            c.execute("CREATE TABLE t (k int PRIMARY KEY, v int)")
-            c.execute("CREATE MATERIALIZED VIEW m AS SELECT v % 2 AS p, count(*) AS n, sum(v) AS s FROM t GROUP BY 1")
-            c.execute("INSERT INTO t VALUES (1, 1), (2, 2), (3, 3), (4, 5)")
-            c.execute("FLUSH")
-            assert c.execute("SELECT p, n, s FROM m ORDER BY p").fetchall() == [(0, 1, 2), (1, 3, 9)]
-            c.execute("DELETE FROM t WHERE k = 3")
-            c.execute("FLUSH")
-            assert c.execute("SELECT p, n, s FROM m ORDER BY p").fetchall() == [(0, 1, 2), (1, 2, 6)]
-        assert serve.stop() == 0
-    finally:
-        for proc in STARTED[first:]:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    serve = Serve(tmp_path / "wh", "--spark-remote", connect_server.url)
+    assert any(f"Spark Connect at {connect_server.url}" in line for line in serve.output), serve.output
+    with serve.connect() as c:
+        c.execute("CREATE TABLE t (k int PRIMARY KEY, v int)")
+        c.execute("CREATE MATERIALIZED VIEW m AS SELECT v % 2 AS p, count(*) AS n, sum(v) AS s FROM t GROUP BY 1")
+        c.execute("INSERT INTO t VALUES (1, 1), (2, 2), (3, 3), (4, 5)")
+        c.execute("FLUSH")
+        assert c.execute("SELECT p, n, s FROM m ORDER BY p").fetchall() == [(0, 1, 2), (1, 3, 9)]
+        c.execute("DELETE FROM t WHERE k = 3")
+        c.execute("FLUSH")
+        assert c.execute("SELECT p, n, s FROM m ORDER BY p").fetchall() == [(0, 1, 2), (1, 2, 6)]
+    assert serve.stop() == 0
 
 
 def test_serve_refuses_both_a_master_and_a_remote(tmp_path):

@@ -6,6 +6,9 @@ process builds it (review-b)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -65,11 +68,11 @@ def _offsets_after(committed: dict[str, int], ranges: dict[str, list[int]]) -> d
     return {**committed, **{s: b for s, (_, b) in ranges.items()}}
 
 
-def test_a_chunk_after_an_epoch_without_one_checks_every_transaction_since_the_last_chunk(tmp_path):
-    """A commit written but not yet visible (here: a synchronous standby that never answers) stays
-    invisible for epochs. The chunk after an epoch that took none (its budget went to the stream)
-    must check the transactions of every range since the last chunk, not only the range before it:
-    the change of a key the backfill had not passed is left to the chunk, which would read the old row."""
+@contextmanager
+def _an_update_awaiting_a_standby(tmp_path, **options: str) -> Iterator[SimpleNamespace]:
+    """A server whose synchronous standby never answers; a table of keys 1-8 whose connector read
+    the chunk [1, 3); then `UPDATE t SET v = 99 WHERE k = 5`, its commit written and flushed but
+    visible only once `visible()` cancels the wait."""
     from sparkwave.devtools.postgres_server import PostgresServer
 
     server = PostgresServer(tmp_path / "pg", settings={"synchronous_standby_names": "nobody",
@@ -81,11 +84,10 @@ def test_a_chunk_after_an_epoch_without_one_checks_every_transaction_since_the_l
         admin = psycopg.connect(server.dsn("d"), autocommit=True)
         admin.execute("CREATE TABLE t (k bigint PRIMARY KEY, v bigint)")
         admin.execute("INSERT INTO t SELECT i, 0 FROM generate_series(1, 8) i")
-        cdc = _connector(server, "d", "t", ["k"], **{"snapshot.batch_size": "2", "source_rate_limit": "1"})
-        committed = made = cdc.initial_offsets()
-        ranges = cdc.plan(committed, 1e6)  # keys [1, 3)
+        cdc = _connector(server, "d", "t", ["k"], **{"snapshot.batch_size": "2", **options})
+        made = cdc.initial_offsets()
+        ranges = cdc.plan(made, 1e6)  # keys [1, 3)
         assert ranges[BACKFILL] == [1, 3], ranges
-        committed = _offsets_after(committed, ranges)
         waiter = psycopg.connect(server.dsn("d"))
         waiter.execute("SET synchronous_commit = on")
         pid = waiter.info.backend_pid
@@ -96,6 +98,29 @@ def test_a_chunk_after_an_epoch_without_one_checks_every_transaction_since_the_l
         while admin.execute(waiting, (pid,)).fetchone() != ("SyncRep",):  # its commit record is flushed then
             assert hung.is_alive(), "the commit did not wait for the standby"
             hung.join(0.05)
+
+        def visible() -> None:
+            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+            hung.join()
+
+        yield SimpleNamespace(server=server, admin=admin, cdc=cdc, made=made, committed=_offsets_after(made, ranges),
+                              visible=visible)
+    finally:
+        if waiter is not None and admin is not None:
+            admin.execute("SELECT pg_cancel_backend(%s)", (waiter.info.backend_pid,))
+            if hung is not None:
+                hung.join()
+            waiter.close()
+        server.close()
+
+
+def test_a_chunk_after_an_epoch_without_one_checks_every_transaction_since_the_last_chunk(tmp_path):
+    """A commit written but not yet visible (here: a synchronous standby that never answers) stays
+    invisible for epochs. The chunk after an epoch that took none (its budget went to the stream)
+    must check the transactions of every range since the last chunk, not only the range before it:
+    the change of a key the backfill had not passed is left to the chunk, which would read the old row."""
+    with _an_update_awaiting_a_standby(tmp_path, source_rate_limit="1") as up:
+        admin, cdc, made, committed = up.admin, up.cdc, up.made, up.committed
         ranges = cdc.plan(committed, 1e6)  # the update is in its range (key 5: left to the chunks); keys [3, 5)
         assert ranges[BACKFILL] == [3, 5], ranges
         committed = _offsets_after(committed, ranges)
@@ -109,68 +134,29 @@ def test_a_chunk_after_an_epoch_without_one_checks_every_transaction_since_the_l
             committed = _offsets_after(committed, ranges)
             rows = cdc.read_arrow(ranges).to_pydict()
             five += [v for k, v in zip(rows["k"], rows["v"], strict=True) if k == 5]
-            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))  # the wait ends: the commit becomes visible
-            hung.join()
+            up.visible()  # the wait ends: the commit becomes visible
         assert five == [99], f"key 5 read without the update committed before the epoch's range: {five}"
         cdc.release(made)
-    finally:
-        if waiter is not None and admin is not None:
-            admin.execute("SELECT pg_cancel_backend(%s)", (waiter.info.backend_pid,))
-            if hung is not None:
-                hung.join()
-            waiter.close()
-        server.close()
 
 
 def test_a_restarted_connector_checks_the_last_committed_range_before_its_first_chunk(tmp_path):
     """As above, the update's commit written but invisible, committed in an epoch's range; then the
     process restarts (or an ALTER replaces the connector): the first chunk must still check that
     range's transactions, which the slot (advanced only at the next plan) still holds."""
-    from sparkwave.devtools.postgres_server import PostgresServer
-
-    server = PostgresServer(tmp_path / "pg", settings={"synchronous_standby_names": "nobody",
-                                                       "synchronous_commit": "local"})
-    server.start()
-    waiter = admin = hung = None
-    try:
-        server.create_database("d")
-        admin = psycopg.connect(server.dsn("d"), autocommit=True)
-        admin.execute("CREATE TABLE t (k bigint PRIMARY KEY, v bigint)")
-        admin.execute("INSERT INTO t SELECT i, 0 FROM generate_series(1, 8) i")
-        options = {"snapshot.batch_size": "2"}
-        cdc = _connector(server, "d", "t", ["k"], **options)
-        committed = made = cdc.initial_offsets()
-        committed = _offsets_after(committed, cdc.plan(committed, 1e6))  # keys [1, 3)
-        waiter = psycopg.connect(server.dsn("d"))
-        waiter.execute("SET synchronous_commit = on")
-        pid = waiter.info.backend_pid
-        waiter.execute("UPDATE t SET v = 99 WHERE k = 5")
-        hung = threading.Thread(target=waiter.commit, daemon=True)
-        hung.start()
-        waiting = "SELECT wait_event FROM pg_stat_activity WHERE pid = %s"
-        while admin.execute(waiting, (pid,)).fetchone() != ("SyncRep",):
-            assert hung.is_alive(), "the commit did not wait for the standby"
-            hung.join(0.05)
+    with _an_update_awaiting_a_standby(tmp_path) as up:
+        server, cdc, made, committed = up.server, up.cdc, up.made, up.committed
         ranges = cdc.plan(committed, 1e6)  # the update in its range; keys [3, 5) (read ahead before it)
         assert ranges[BACKFILL] == [3, 5], ranges
         committed = _offsets_after(committed, ranges)
         cdc.close()
         five = []
         for _ in range(2):  # restarted: the update still invisible, then visible
-            again = _connector(server, "d", "t", ["k"], **options)
+            again = _connector(server, "d", "t", ["k"], **{"snapshot.batch_size": "2"})
             ranges = again.plan(committed, 1e6)
             committed = _offsets_after(committed, ranges)
             rows = again.read_arrow(ranges).to_pydict()
             five += [v for k, v in zip(rows["k"], rows["v"], strict=True) if k == 5]
             again.close()
-            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
-            hung.join()
+            up.visible()
         assert five == [99], f"key 5 read without the update committed before the epoch's range: {five}"
         cdc.release(made)
-    finally:
-        if waiter is not None and admin is not None:
-            admin.execute("SELECT pg_cancel_backend(%s)", (waiter.info.backend_pid,))
-            if hung is not None:
-                hung.join()
-            waiter.close()
-        server.close()

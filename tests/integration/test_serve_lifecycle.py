@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.oracle import connect, duckdb_sql, multiset, values_sql
+from tests.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 STATEMENT_ROWS = 5
@@ -29,52 +28,11 @@ MVS = {
 SLOW = "SELECT g, max(v) AS top FROM t GROUP BY g"  # created while the server runs: a backfill in flight
 
 
-STARTED: list[subprocess.Popen] = []  # killed at the end of each test if a failure left one running
-
-
-class Serve:
-    """A `sparkwave serve` subprocess and its console lines."""
-
-    def __init__(self, warehouse: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkwave.cli.main", "serve", "--warehouse", str(warehouse), "--port", "0",
-             "--http-port", "0", *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "SPARKWAVE_SPARK_MASTER": "local[2]"})
-        STARTED.append(self.proc)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        line = self.wait_for("listening on", timeout=240)
-        self.port = int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
-        self.dsn = f"host=127.0.0.1 port={self.port} user=tester dbname=dev"
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            self.lines.put(line)
-
-    def wait_for(self, text: str, timeout: float = 120) -> str:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.time()))
-            except queue.Empty:
-                raise AssertionError(f"no {text!r} from sparkwave serve in {timeout} s:\n{''.join(self.output)}") \
-                    from None
-            if text in line:
-                return line
-
-    def connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.dsn, autocommit=True)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"sparkwave serve did not stop within 90 s:\n{''.join(self.output)}") from None
+def Serve(warehouse: Path, *extra: str) -> ServeProcess:
+    """`sparkwave serve` on local Spark, once it listens."""
+    serve = ServeProcess(warehouse, *extra, env={"SPARKWAVE_SPARK_MASTER": "local[2]"})
+    serve.listening()
+    return serve
 
 
 class Writer(threading.Thread):
@@ -194,12 +152,6 @@ def _wait_sink(c: psycopg.Connection, name: str, timeout: float = 120) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_password_and_no_leftover(monkeypatch):
+def _no_password(monkeypatch):
     monkeypatch.delenv("SPARKWAVE_PASSWORD", raising=False)
-    yield
-    while STARTED:
-        proc = STARTED.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 

@@ -8,22 +8,17 @@ module starts its own."""
 from __future__ import annotations
 
 import os
-import queue
-import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from sparkwave.devtools.spark_cluster import StandaloneCluster
 from tests import TEST_MASTER
 from tests.oracle import Model, multiset, values_sql
+from tests.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "sparkwave-standalone-serve"
@@ -54,45 +49,10 @@ def test_mvs_and_a_backfill_equal_duckdb_on_a_standalone_cluster(cluster, tmp_pa
     assert "checked 2 epochs" in child.stdout, child.stdout
 
 
-class Serve:
-    """`sparkwave serve --spark-master URL` as a process, its console lines read by a thread."""
-
-    def __init__(self, warehouse: Path, url: str, conf: dict[str, str]) -> None:
-        confs = [a for k, v in {**conf, "spark.app.name": APP}.items() for a in ("--conf", f"{k}={v}")]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkwave.cli.main", "serve", "--warehouse", str(warehouse), "--port", "0",
-             "--http-port", "0", "--spark-master", url, *confs], cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            self.lines.put(line)
-
-    def wait_for(self, text: str, timeout: float = 300) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {text!r} from sparkwave serve in {timeout} s:\n{''.join(self.output)}") \
-                    from None
-            if text in line:
-                return line
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"sparkwave serve did not stop within 120 s:\n{''.join(self.output)}") from None
+def Serve(warehouse: Path, url: str, conf: dict[str, str]) -> ServeProcess:
+    """`sparkwave serve --spark-master URL`, every address of it on 127.0.0.1."""
+    confs = [a for k, v in {**conf, "spark.app.name": APP}.items() for a in ("--conf", f"{k}={v}")]
+    return ServeProcess(warehouse, "--spark-master", url, *confs, env={"SPARK_LOCAL_IP": "127.0.0.1"})
 
 
 def test_serve_with_spark_master_runs_on_the_cluster_and_answers_psycopg(cluster, tmp_path):
@@ -101,10 +61,8 @@ def test_serve_with_spark_master_runs_on_the_cluster_and_answers_psycopg(cluster
     mv = "SELECT g, count(*) AS n, sum(v) AS s FROM t WHERE v % 2 = 0 GROUP BY g"
     serve = Serve(tmp_path / "wh", url, conf)
     try:
-        assert url in serve.wait_for("spark started"), serve.output
-        line = serve.wait_for("listening on")
-        port = int(re.search(r"listening on \S+:(\d+)", line).group(1))
-        with psycopg.connect(f"host=127.0.0.1 port={port} user=tester dbname=dev", autocommit=True) as c:
+        assert url in serve.wait_for("spark started", 300), serve.output
+        with serve.connect() as c:
             c.execute("CREATE TABLE t (k int, g int, v int, PRIMARY KEY (k))")
             c.execute(f"INSERT INTO t VALUES {values_sql(rows[:25])}")
             c.execute("FLUSH")

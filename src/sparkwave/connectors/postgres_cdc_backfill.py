@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkwave.connectors.pg_copy import copy_out
 from sparkwave.connectors.postgres_cdc_values import arrow_columns, csv_texts
 from sparkwave.core.schema import SqlType
 
@@ -168,12 +169,8 @@ class ChunkReader:
 
     def _part(self, conn: Any, query: Any, limit: int | None) -> _Part:
         from psycopg import sql
-        data = bytearray()
         # COPY's CSV into Arrow: ~10x a fetch of Python rows
-        with conn.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)) as copy:
-            for block in copy:
-                data += block
-        rows = csv_texts(bytes(data), len(self.columns))
+        rows = csv_texts(copy_out(conn, sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)), len(self.columns))
         values = arrow_columns(self.columns, rows.columns) if rows.num_rows else None
         return _Part(rows, values, limit is not None and rows.num_rows >= limit)
 
