@@ -6,7 +6,9 @@ backfill had passed."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 
@@ -115,10 +117,13 @@ def offsets_by_epoch(session, table: str) -> dict[int, dict[str, int]]:
     return out
 
 
-def expected(up: Upstream, offsets: dict[str, int]) -> list[tuple]:
+def expected(up: Upstream, offsets: dict[str, int], parts: Callable[[Any], tuple[int, ...]] | None = None
+             ) -> list[tuple]:
     """The upstream rows at the epoch's LSN whose keys the backfill had passed (a composite key's
-    position is one split a column: `backfill`, `backfill.1`, ...)."""
+    position is one split a column: `backfill`, `backfill.1`, ...; `parts`: a key's position, for a
+    key that is not integers)."""
     done = BACKFILLED in offsets
-    pos = tuple(offsets.get(BACKFILL if i == 0 else f"{BACKFILL}.{i}", 0) for i in range(up.key_width))
-    return [r for k, r in up.state_at(offsets[LSN]).items()
-            if done or (k if up.key_width > 1 else (k,)) < pos]
+    width = up.key_width if parts is None else 1 + sum(s.startswith(f"{BACKFILL}.") for s in offsets)
+    pos = tuple(offsets.get(BACKFILL if i == 0 else f"{BACKFILL}.{i}", 0) for i in range(width))
+    position = parts or (lambda k: k if up.key_width > 1 else (k,))
+    return [r for k, r in up.state_at(offsets[LSN]).items() if done or position(k) < pos]

@@ -33,11 +33,13 @@ def _keys(batch, key: list[str]) -> list[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("key", [["k"], ["a", "b"]])
-def test_the_last_chunk_replayed_after_a_crash_still_reads_the_greatest_bigint_key(postgres, key):
-    db = f"cdc_bounds_{len(key)}"
+@pytest.mark.parametrize("last", [[TOP - 1, TOP], [TOP - 2, TOP - 1, TOP]], ids=["ending", "starting"])
+def test_the_last_chunk_replayed_after_a_crash_still_reads_the_greatest_bigint_key(postgres, key, last):
+    """The last chunk ends at the greatest position a split holds, and (`starting`) also starts there."""
+    db = f"cdc_bounds_{len(key)}_{len(last)}"
     postgres.create_database(db)
     cols = ", ".join(f"{k} bigint" for k in key)
-    values = [(BOTTOM,) * len(key), (0,) * len(key), (TOP - 1,) * len(key), (TOP,) * len(key)]
+    values = [(BOTTOM,) * len(key), (0,) * len(key), *[(v,) * len(key) for v in last]]
     with psycopg.connect(postgres.dsn(db), autocommit=True) as c:
         c.execute(f"CREATE TABLE t ({cols}, v bigint, PRIMARY KEY ({', '.join(key)}))")
         for i, k in enumerate(values):
@@ -160,3 +162,75 @@ def test_a_restarted_connector_checks_the_last_committed_range_before_its_first_
             up.visible()
         assert five == [99], f"key 5 read without the update committed before the epoch's range: {five}"
         cdc.release(made)
+
+
+UUIDS = ["00000000-0000-0000-0000-000000000000", "00000000-0000-0000-ffff-ffffffffffff",
+         "00000000-0000-0001-0000-000000000000", "7fffffff-ffff-ffff-ffff-ffffffffffff",
+         "80000000-0000-0000-0000-000000000000", "80000000-0000-0000-7fff-ffffffffffff",
+         "80000000-0000-0000-8000-000000000000", "ffffffff-ffff-ffff-ffff-fffffffffffe",
+         "ffffffff-ffff-ffff-ffff-ffffffffffff"]
+
+
+@pytest.mark.parametrize("composite", [False, True])
+def test_a_uuid_key_is_read_in_chunks_in_its_byte_order_to_the_greatest_uuid(postgres, composite):
+    """A uuid key (declared varchar) is read in chunks, its position two 64-bit parts: each key
+    once, in PostgreSQL's order, across the signed halves and up to the greatest uuid; a replay of
+    each epoch reads its chunk again; SHOW JOBS shows the position as a uuid."""
+    from sparkwave.core.catalog import Relation
+    from sparkwave.meta.cdc_progress import _key_values
+
+    db = f"cdc_uuid_{int(composite)}"
+    postgres.create_database(db)
+    key = ["a", "id"] if composite else ["id"]
+    with psycopg.connect(postgres.dsn(db), autocommit=True) as c:
+        c.execute(f"CREATE TABLE t ({'a int, ' if composite else ''}id uuid, v bigint, PRIMARY KEY ({', '.join(key)}))")
+        for i, u in enumerate(reversed(UUIDS)):
+            c.execute(f"INSERT INTO t VALUES ({'1, ' if composite else ''}%s, %s)", (u, i))
+        if composite:
+            c.execute("INSERT INTO t VALUES (0, 'ffffffff-ffff-ffff-ffff-ffffffffffff', 99), "
+                      "(2, '00000000-0000-0000-0000-000000000000', 98)")
+    columns = ((Column("a", parse_type("int")),) if composite else ()) + \
+        (Column("id", parse_type("varchar")), Column("v", parse_type("bigint")))
+    schema = Schema(columns, tuple(key))
+    options = {"connector": "postgres-cdc", "hostname": postgres.host, "port": str(postgres.port),
+               "username": postgres.user, "password": postgres.password, "database.name": db, "table.name": "t"}
+    first = make_connector("t", schema, {**options, "snapshot.batch_size": "2"})
+    committed = made = first.initial_offsets()
+    assert first.key_splits == [BACKFILL, f"{BACKFILL}.1"] + ([f"{BACKFILL}.2"] if composite else [])
+    try:
+        planned, shown = [], []
+        for _ in range(12):
+            ranges = first.plan(committed, 1000.0)
+            rows = first.read_arrow(ranges).to_pydict()
+            planned.append((ranges, list(zip(*[rows[k] for k in key], strict=True))))
+            committed = _offsets_after(committed, ranges)
+            if BACKFILLED in ranges:
+                break
+            shown.append(_key_values(Relation("t", "table", schema, {}, 0, "created"), committed))
+        read = [k for _, keys in planned for k in keys]
+        want = sorted([(1, u) for u in UUIDS] + [(0, UUIDS[-1]), (2, UUIDS[0])]) if composite else \
+            [(u,) for u in UUIDS]
+        assert BACKFILLED in committed and read == want, read
+        assert len(planned) >= len(want) // 2
+        assert shown == [_uuid_successor(keys[-1]) for _, keys in planned[:len(shown)]]
+        for ranges, keys in planned:  # each epoch replayed by a restarted process: its chunk's rows again
+            again = make_connector("t", schema, options)
+            try:
+                rows = again.read_arrow(ranges).to_pydict()
+                assert list(zip(*[rows[k] for k in key], strict=True)) == keys, f"replay of {ranges}"
+            finally:
+                again.close()
+    finally:
+        first.release(made)
+        first.close()
+
+
+def _uuid_successor(key: tuple) -> list:
+    """The key after `key` (`(uuid,)` or `(int, uuid)`), a uuid's carry into the column before it."""
+    import uuid
+
+    *head, u = key
+    n = uuid.UUID(u).int + 1
+    if n == 1 << 128:
+        return [head[0] + 1, str(uuid.UUID(int=0))]
+    return [*head, str(uuid.UUID(int=n))]

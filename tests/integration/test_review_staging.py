@@ -133,19 +133,21 @@ def test_a_base_committed_to_delta_before_a_crash_is_kept_by_retention_and_adopt
             raise RuntimeError("crashed")
         crash(name)
 
-    monkeypatch.setattr(compaction, "crash_point", crash_after_delta)
-    with pytest.raises(RuntimeError, match="crashed"):
-        session.compact("t")
-    monkeypatch.setattr(compaction, "crash_point", crash)
     rel = session.catalog.relation("t")
+    monkeypatch.setattr(compaction, "crash_point", crash_after_delta)
+    with session.locks.ddl, pytest.raises(RuntimeError, match="crashed"):
+        compaction.compact(session.rt, rel, second)
+    monkeypatch.setattr(compaction, "crash_point", crash)
     stored = session.rt.stored(rel)
     in_delta = stored.base_file_names()
     assert session.catalog.base_at("t", second).epoch == first and in_delta
     assert not in_delta & {os.path.basename(f) for f in session.catalog.base_at("t", first).files}
 
-    retention.apply_retention(session.rt, rel, 0)
+    with session.locks.ddl, session.locks.epoch:  # as the maintenance thread runs it
+        retention.apply_retention(session.rt, rel, 0)
     assert all((stored.base_path / n).exists() for n in in_delta)
-    session.compact("t")
+    with session.locks.ddl:
+        assert compaction.compact(session.rt, rel, second)
     base = session.catalog.base_at("t", second)
     assert base.epoch == second and {os.path.basename(f) for f in base.files} == in_delta
     expected = sorted((i, i + 1 if i < 10 else i) for i in range(50))

@@ -133,6 +133,10 @@ class Connector:
         take = split_budget(budget, backlog, turn=sum(starts.values()))
         return {split: [starts[split], starts[split] + n] for split, n in take.items() if n > 0}
 
+    def planned_rows(self, ranges: dict[str, list[int]]) -> int:
+        """The rows `ranges` hold (an epoch's rows in): its offsets count rows, unless a connector says."""
+        return sum(end - start for start, end in ranges.values())
+
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
         """The rows of the planned ranges as intents: `rows` plus `_op` (an upsert). A connector
         that can meet bad records adds `_error` and `_raw` (kept out of the table, listed by

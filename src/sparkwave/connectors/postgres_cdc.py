@@ -12,8 +12,8 @@ created if absent) are made; the slot's position is where the stream starts. Two
   decoded by `pgoutput.py`. The end is committed with the epoch; the slot is advanced to the committed
   position (`pg_replication_slot_advance`) only at the next plan, after that commit, so a crash
   anywhere replays from the slot, and transactions before the committed position are filtered out.
-- `backfill` (`backfill.1`, ... for a composite key's further columns): the CDC backfill's position,
-  the next primary-key value to read (integer key columns; other keys are read in one chunk). An
+- `backfill` (`backfill.1`, ... for a composite key's further columns, or a uuid's second part): the position,
+  the next primary-key value to read (integer and uuid key columns; other keys are read in one chunk). An
   epoch of the backfill reads one chunk, `WHERE k >= pos ORDER BY k LIMIT n`, in a REPEATABLE READ
   transaction, then a WAL position X written after its snapshot (a flushed logical message no
   publication decodes); the epoch's stream range ends at X or later (`postgres_cdc_backfill.py`
@@ -58,7 +58,7 @@ from sparkwave.connectors.base import Connector
 from sparkwave.connectors.files import read_ddl
 from sparkwave.connectors.options import Options, boolean, choice, integer, max_rows_per_epoch, rate_limit, text
 from sparkwave.connectors.pgoutput import UNCHANGED, Change, Decoder, PgoutputError, RelationInfo, Txn
-from sparkwave.connectors.postgres_cdc_backfill import Chunk, ChunkReader, Key, Prefetch, read_chunk
+from sparkwave.connectors.postgres_cdc_backfill import INT_BITS, Chunk, ChunkReader, Key, Prefetch, read_chunk
 from sparkwave.connectors.postgres_cdc_check import (
     column_problems,
     estimate,
@@ -134,8 +134,6 @@ class PostgresCdc(Connector):
                 raise SqlError(f"{self.where}: {what} {name!r} must be 1 to 63 lower-case letters, digits or "
                                "underscores (PostgreSQL's rule for slot names)")
         self.key = list(schema.key)
-        # A composite integer key's position: one split a column (`backfill` the first, `backfill.1` ...).
-        self.key_splits = [BACKFILL] + [f"{BACKFILL}.{i}" for i in range(1, len(self.key))]
         self._conn: Any = None
         self._types: dict[int, str] = {}
         self._planned: dict[str, pa.RecordBatch] = {}
@@ -156,7 +154,22 @@ class PostgresCdc(Connector):
     @functools.cached_property
     def reader(self) -> ChunkReader:
         return ChunkReader(self._ident(), self.columns, self.key, self.int_option("snapshot.parallelism"),
-                           self._open)
+                           self._open, self._key_types())
+
+    def _key_types(self) -> dict[str, str]:
+        """The key columns' types upstream, where one is declared other than as an integer (a uuid's
+        order is its bytes': `key_parts`)."""
+        declared = dict(self.columns)
+        if all(declared[k].name in INT_BITS for k in self.key):
+            return {}
+        return {n: self._type_name(oid) for n, oid, _, _ in upstream_columns(self._connect(), self._regclass())
+                if n in self.key}
+
+    @functools.cached_property
+    def key_splits(self) -> list[str]:
+        """A position's splits, one an integer part (`backfill` the first, `backfill.1` ...): a column
+        each of a composite integer key, two for a uuid."""
+        return [BACKFILL] + [f"{BACKFILL}.{i}" for i in range(1, len(self.reader.bits))]
 
     @functools.cached_property
     def prefetch(self) -> Prefetch:
@@ -165,7 +178,7 @@ class PostgresCdc(Connector):
     @property
     def int_key(self) -> bool:
         """A single integer key: its chunks' key ranges are known absent from the table (`absent_keys`)."""
-        return self.reader.chunked and len(self.key) == 1
+        return self.reader.chunked and len(self.reader.bits) == 1
 
     @functools.cached_property
     def parser(self) -> RowParser:
@@ -458,6 +471,15 @@ class PostgresCdc(Connector):
             return None
         return tuple(ranges[s][1] for s in self.key_splits)
 
+    def planned_rows(self, ranges: dict[str, list[int]]) -> int:
+        """The intents planned for `ranges` (the stream's offsets are WAL positions, the backfill's
+        keys); after a restart, before the replay reads them, the chunk's rows."""
+        batch = self._planned.get(_key(ranges))
+        if batch is not None:
+            return batch.num_rows
+        read = ranges.get(ROWS_READ, [0, 0])
+        return read[1] - read[0]
+
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
         return local_batches(spark, [self.read_arrow(ranges)], read_ddl(self.schema))
 
@@ -479,9 +501,10 @@ class PostgresCdc(Connector):
                     raise stop
             chunk = None
             lo, hi = (tuple(ranges.get(s, [0, 0])[i] for s in self.key_splits) for i in (0, 1))
-            if BACKFILL in ranges and hi > lo:
+            if BACKFILL in ranges and (hi > lo or ROWS_READ in ranges):  # the epoch took a chunk
                 # The last chunk read every key from `lo`: its end may be the greatest position a split holds,
-                # which a bigint key can equal (a range ending there would leave that key out).
+                # which a bigint key can equal (a range ending there would leave that key out), and so may its
+                # start (the key before it the greatest but one).
                 chunk = self._read_chunk(lo, None if BACKFILLED in ranges else hi, None)  # names no xid: never None
             batch = self._batch(chunk, txns, self._position(ranges))
         return batch
@@ -557,7 +580,7 @@ class PostgresCdc(Connector):
         if not self.reader.chunked or any(row[k] is None for k in self.key):
             return False
         try:
-            return tuple(int(str(row[k])) for k in self.key) < pos  # integers: PostgreSQL's row order
+            return self.reader.parts_of([str(row[k]) for k in self.key]) < pos  # PostgreSQL's row order
         except ValueError:
             return True  # set aside by the parse, which names the value
 

@@ -2,10 +2,12 @@
 
 A chunk is every row whose key lies in `[pos, next)` at the snapshot S of a REPEATABLE READ
 transaction; the connector writes its WAL mark after S (`postgres_cdc.py` says why that is exact).
-Keys whose columns are all integers are read in chunks (a composite key by row-value comparison,
-`(a, b) >= (p, q) ORDER BY a, b LIMIT n`, which PostgreSQL answers from the key's index when the
-key is declared in the index's column order); any other key in one chunk, the whole table: a text
-key's order is its collation's, which the stream's filter could not repeat.
+Keys whose columns all have an order Python can repeat exactly are read in chunks: integers, and
+uuids (PostgreSQL orders them by their 16 bytes, a position holds one as two 64-bit parts). A
+composite key is read by row-value comparison, `(a, b) >= (p, q) ORDER BY a, b LIMIT n`, which
+PostgreSQL answers from the key's index when the key is declared in the index's column order. Any
+other key is read in one chunk, the whole table: a text key's order is its collation's, which the
+stream's filter could not repeat.
 
 A single integer key is read by several connections at once, all at S: the first exports its
 snapshot (`pg_export_snapshot()`), the others adopt it (`SET TRANSACTION SNAPSHOT`), and each reads
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +45,8 @@ Key = tuple[int, ...]
 # waiting for its flush may never end while the server is idle (at a page boundary it lies past the last record).
 MARK = "SELECT (pg_logical_emit_message(false, 'sparkwave', '', true) - '0/0')::bigint"
 INT_BITS = {"smallint": 15, "int": 31, "bigint": 63}
+UUID_BITS = (63, 63)  # a uuid's 128 bits, as two signed 64-bit parts in its byte order
+_HALF = 1 << 63
 PART_ROWS = 20_000  # a part smaller than this is not worth a connection of its own
 LAST = (1 << 63) - 1  # the greatest position a split can hold
 
@@ -62,17 +67,37 @@ class _Part:
     full: bool  # it stopped at its LIMIT: keys past its last row were not read
 
 
+def key_parts(declared: SqlType, upstream: str) -> tuple[int, ...] | None:
+    """The bits of the integer parts a key column's value is held in, in PostgreSQL's order of the
+    column (`upstream`: its type there); None where that order is a collation's."""
+    if declared.name in INT_BITS:
+        return (INT_BITS[declared.name],)
+    return UUID_BITS if upstream == "uuid" else None
+
+
+def uuid_parts(text: str) -> tuple[int, int]:
+    n = uuid.UUID(text).int
+    return (n >> 64) - _HALF, (n & ((1 << 64) - 1)) - _HALF
+
+
+def uuid_text(hi: int, lo: int) -> str:
+    return str(uuid.UUID(int=((hi + _HALF) << 64) | (lo + _HALF)))
+
+
 class ChunkReader:
-    """Reads chunks of one upstream table; `open_conn` makes a connection with the connector's settings."""
+    """Reads chunks of one upstream table; `open_conn` makes a connection with the connector's settings,
+    `upstream` names the key columns' types upstream (a uuid is declared varchar here)."""
 
     def __init__(self, table: Any, columns: list[tuple[str, SqlType]], key: list[str], parallelism: int,
-                 open_conn: Callable[[], Any]) -> None:
+                 open_conn: Callable[[], Any], upstream: dict[str, str] | None = None) -> None:
         types = dict(columns)
+        parts = [key_parts(types[k], (upstream or {}).get(k, "")) for k in key]
         self.table, self.columns, self.key = table, columns, key
-        self.chunked = all(types[k].name in INT_BITS for k in key)
-        self.bits = [INT_BITS.get(types[k].name, 63) for k in key]
+        self.chunked = all(p is not None for p in parts)
+        self.uuids = [p == UUID_BITS for p in parts]  # per key column
+        self.bits = [b for p in parts for b in (p if p is not None else (63,))]  # per part of a position
         self.slots = [[n for n, _ in columns].index(k) for k in key]
-        self.parallelism = parallelism if self.chunked and len(key) == 1 else 1
+        self.parallelism = parallelism if self.chunked and len(self.bits) == 1 else 1
         self.open_conn = open_conn
         self.keys_per_row = 1.0  # an integer key has at least one value per row: the first guess never overshoots
         self._extra: list[Any] = []
@@ -99,9 +124,11 @@ class ChunkReader:
         """`key-columns op key` (a row-value comparison for a composite key), with literals: COPY takes
         no parameters."""
         from psycopg import sql
-        values = sql.SQL(", ").join(sql.Literal(v) for v in key)
+        literals = [sql.SQL("{}::uuid").format(sql.Literal(v)) if is_uuid else sql.Literal(v)
+                    for v, is_uuid in zip(self.values_of(key), self.uuids, strict=True)]
+        values = sql.SQL(", ").join(literals)
         return sql.SQL("{} {} {}").format(self._keys(), sql.SQL(op),
-                                          values if len(key) == 1 else sql.SQL("({})").format(values))
+                                          values if len(self.key) == 1 else sql.SQL("({})").format(values))
 
     def _query(self, conds: list[Any], limit: int | None) -> Any:
         from psycopg import sql
@@ -121,10 +148,10 @@ class ChunkReader:
         read in one chunk."""
         from psycopg import sql
         if not self.chunked:
-            return (0,) * len(self.key)
+            return (0,) * len(self.bits)
         order = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
         row = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(order, self.table, order)).fetchone()
-        return (0,) * len(self.key) if row is None else tuple(int(v) for v in row)
+        return (0,) * len(self.bits) if row is None else self.parts_of([str(v) for v in row])
 
     def successor(self, key: Key) -> Key | None:
         """The next key after `key` in the key's order (integers: the last column plus one, carried
@@ -138,7 +165,22 @@ class ChunkReader:
         return None
 
     def key_of(self, rows: pa.Table, i: int) -> Key:
-        return tuple(int(rows.column(s)[i].as_py()) for s in self.slots)
+        return self.parts_of([rows.column(s)[i].as_py() for s in self.slots])
+
+    def parts_of(self, texts: list[str]) -> Key:
+        """A key's position from its columns' text forms (ValueError if one is not such a value)."""
+        out: list[int] = []
+        for text, is_uuid in zip(texts, self.uuids, strict=True):
+            out.extend(uuid_parts(text) if is_uuid else (int(text),))
+        return tuple(out)
+
+    def values_of(self, key: Key) -> list[int | str]:
+        """The key columns' values of a position (a uuid as its text)."""
+        out: list[int | str] = []
+        parts = iter(key)
+        for is_uuid in self.uuids:
+            out.append(uuid_text(next(parts), next(parts)) if is_uuid else next(parts))
+        return out
 
     def below(self, key: Key, pos: Key) -> bool:
         return key < pos

@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 from sparkwave.connectors.postgres_cdc import BACKFILL, BACKFILLED, ROWS_ESTIMATE, ROWS_READ, STARTED
+from sparkwave.connectors.postgres_cdc_backfill import INT_BITS, uuid_text
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.meta.progress import JobInfo, UpstreamProgress
 
@@ -48,7 +49,7 @@ def _info(rel: Relation, options: dict[str, str], offsets: dict[str, int], now: 
     limit = options.get("source_rate_limit", "")
     upstream = f"{options.get('schema.name', 'public')}.{options.get('table.name')}"
     key = list(rel.schema.key) or ["key"]
-    values = [offsets.get(BACKFILL if i == 0 else f"{BACKFILL}.{i}", 0) for i in range(len(key))]
+    values = _key_values(rel, offsets)
     at_key = f"{key[0]} {values[0]}" if len(key) == 1 else f"({', '.join(key)}) ({', '.join(map(str, values))})"
     at = UpstreamProgress(f"{upstream} from {at_key}", done, total)
     return JobInfo(CDC_JOB_ID, rel.name, "table", "cdc backfill", "snapshot", done, total,
@@ -56,3 +57,23 @@ def _info(rel: Relation, options: dict[str, str], offsets: dict[str, int], now: 
                    round((total - done) / rate, 1) if rate > 0 else None, 0, 0.0,
                    int(limit) if limit.isdigit() else None, datetime.fromtimestamp(started, tz=UTC),
                    rel.created_epoch, None, 0, None, (at,))
+
+
+def _key_values(rel: Relation, offsets: dict[str, int]) -> list[int | str]:
+    """The next key's column values from its splits: one an integer column, two a uuid (declared
+    varchar here; a table holds more splits than key columns only then)."""
+    key = list(rel.schema.key) or ["key"]
+    parts: list[int] = []
+    for i in range(2 * len(key)):
+        split = BACKFILL if i == 0 else f"{BACKFILL}.{i}"
+        if split not in offsets:
+            break
+        parts.append(offsets[split])
+    if len(parts) <= len(key):
+        return [*parts, *[0] * (len(key) - len(parts))]
+    types = {c.name: c.type.name for c in rel.schema.columns}
+    out: list[int | str] = []
+    it = iter(parts)
+    for name in key:
+        out.append(next(it) if types.get(name) in INT_BITS else uuid_text(next(it), next(it)))
+    return out

@@ -96,6 +96,14 @@ class Planner:
         e.relations = topo_order(self.rt.catalog.relations())
         e.big_rows = Settings(self.rt.catalog).big_epoch_rows
         dml = self.rt.catalog.dml_batches(e.plan.get("dml", []))
-        rows_in = sum(r for *_, r in dml) + sum(
-            end - start for splits in e.plan.get("sources", {}).values() for start, end in splits.values())
-        return dml, rows_in
+        return dml, sum(r for *_, r in dml) + self._source_rows(e.plan.get("sources", {}))
+
+    def _source_rows(self, sources: dict[str, dict[str, list[int]]]) -> int:
+        """The rows the sources' ranges hold, by their connectors (a CDC table's offsets are WAL
+        positions and keys, not rows)."""
+        n = 0
+        for name, splits in sources.items():
+            rel = self.rt.catalog.relation(name)
+            conn = self.rt.connector(rel) if rel is not None else None
+            n += conn.planned_rows(splits) if conn is not None else sum(b - a for a, b in splits.values())
+        return n
