@@ -167,6 +167,17 @@ def test_a_catalog_that_cannot_move_or_be_shared_is_refused(tmp_path, postgres, 
     assert "wrong-pw" not in str(e.value)
 
 
+def _first_owner(tmp_path, pg_dsn) -> tuple[Warehouse, Ownership, Catalog]:
+    """A warehouse on the PostgreSQL catalog, its owner, and the owner's fenced catalog."""
+    wh = Warehouse(tmp_path / "wh")
+    wh.open(pg_dsn)
+    first = Ownership(wh.owner_path)
+    first.acquire()
+    old = Catalog(wh.catalog_path, create=False)
+    old.fenced_by(first.generation)
+    return wh, first, old
+
+
 def _kill_connection(postgres, conn: psycopg.Connection) -> None:
     """What the server does when the owner's host goes away: the lock's session ends."""
     with psycopg.connect(postgres.dsn(), autocommit=True) as admin:
@@ -174,12 +185,8 @@ def _kill_connection(postgres, conn: psycopg.Connection) -> None:
 
 
 def test_one_owner_at_a_time_and_a_fenced_owner_commits_nothing(tmp_path, postgres, pg_dsn) -> None:
-    wh = Warehouse(tmp_path / "wh")
-    wh.open(pg_dsn)
-    first, second = Ownership(wh.owner_path), Ownership(wh.owner_path)
-    first.acquire()
-    old = Catalog(wh.catalog_path, create=False)
-    old.fenced_by(first.generation)
+    wh, first, old = _first_owner(tmp_path, pg_dsn)
+    second = Ownership(wh.owner_path)
     try:
         old.persist_plan(1, 0, {}, [])
         with pytest.raises(OwnershipError, match=r"is owned by process \d+ on .* generation 1"):
@@ -209,12 +216,7 @@ def test_one_owner_at_a_time_and_a_fenced_owner_commits_nothing(tmp_path, postgr
 
 def test_a_commit_in_flight_at_the_takeover_is_ordered_before_it(tmp_path, postgres, pg_dsn) -> None:
     """The takeover's generation bump waits for the row lock an open write transaction holds."""
-    wh = Warehouse(tmp_path / "wh")
-    wh.open(pg_dsn)
-    first = Ownership(wh.owner_path)
-    first.acquire()
-    old = Catalog(wh.catalog_path, create=False)
-    old.fenced_by(first.generation)
+    wh, first, old = _first_owner(tmp_path, pg_dsn)
     try:
         with old.transaction() as db:
             db.execute("INSERT INTO settings VALUES (?, ?)", ("k", "v"))
@@ -253,12 +255,7 @@ def test_a_server_restart_loses_the_transaction_in_flight_only_and_the_fence_sti
                                                                                          pg_dsn) -> None:
     """A restart ends every session: the catalog reconnects for its next read or transaction (never
     inside one), the owner's lock is gone, so the next owner to ask takes over and fences it out."""
-    wh = Warehouse(tmp_path / "wh")
-    wh.open(pg_dsn)
-    first = Ownership(wh.owner_path)
-    first.acquire()
-    old = Catalog(wh.catalog_path, create=False)
-    old.fenced_by(first.generation)
+    wh, first, old = _first_owner(tmp_path, pg_dsn)
     second = Ownership(wh.owner_path)
     try:
         old.persist_plan(1, 0, {}, [])
@@ -281,12 +278,7 @@ def test_a_server_restart_loses_the_transaction_in_flight_only_and_the_fence_sti
 def test_read_only_tools_and_control_requests_work_beside_a_fenced_owner(tmp_path, pg_dsn) -> None:
     """`sparkwave jobs` reads beside the owner; a control request (another process's ALTER) is a write
     that needs no ownership, so the owner's fence does not refuse it."""
-    wh = Warehouse(tmp_path / "wh")
-    wh.open(pg_dsn)
-    owner = Ownership(wh.owner_path)
-    owner.acquire()
-    catalog = Catalog(wh.catalog_path, create=False)
-    catalog.fenced_by(owner.generation)
+    wh, owner, catalog = _first_owner(tmp_path, pg_dsn)
     reader = Catalog(wh.catalog_path, read_only=True)
     sender = Catalog(wh.catalog_path, create=False)
     try:
@@ -320,5 +312,44 @@ def test_an_owner_checks_it_still_owns_and_takes_its_lock_again_after_a_restart(
         with pytest.raises(OwnershipError, match=r"generation 1\) no longer owns .* generation 2"):
             first.check()
     finally:
+        first.release()
+        second.release()
+
+
+def test_a_deposed_owner_paused_inside_a_write_transaction_does_not_hold_up_the_takeover(tmp_path, postgres,
+                                                                                        pg_dsn) -> None:
+    """The old owner stopped (SIGSTOP, a long pause) with a write transaction open: its host still
+    answers keepalives, so its session lives and holds the owner row. The takeover ends that session
+    once its bump has waited a lock timeout; the old transaction commits nothing."""
+    import threading
+
+    wh, first, old = _first_owner(tmp_path, pg_dsn)
+    second = Ownership(wh.owner_path)
+    failed: list[BaseException] = []
+    try:
+        with pytest.raises(CatalogError, match="terminating connection"):  # its session ended under it
+            with old.transaction() as db:
+                db.execute("INSERT INTO settings VALUES (?, ?)", ("paused", "v"))
+                _kill_connection(postgres, first._conn)  # the lock's session ends; this transaction stays open
+
+                def take_over() -> None:
+                    try:
+                        second.acquire()
+                    except BaseException as e:
+                        failed.append(e)
+
+                taker = threading.Thread(target=take_over)
+                taker.start()
+                taker.join(120)  # a guard against a hang, not a timing: the takeover ends this session
+                assert not taker.is_alive(), "the takeover waits for the paused owner's transaction"
+        assert not failed and second.generation == 2
+        new = Catalog(wh.catalog_path, create=False)
+        new.fenced_by(second.generation)
+        try:
+            assert new.setting("paused") is None
+        finally:
+            new.close()
+    finally:
+        old.close()
         first.release()
         second.release()

@@ -18,7 +18,8 @@ _COPY_OUT, _COMMAND_OK = pq.ExecStatus.COPY_OUT, pq.ExecStatus.COMMAND_OK
 
 def copy_out(conn: psycopg.Connection[Any], statement: sql.Composable) -> bytes:
     """The whole output of `statement` (a `COPY ... TO STDOUT`) on `conn`, in its transaction. A
-    server error raises psycopg's exception for it, with the connection ready for the next command."""
+    server error raises psycopg's exception for it, with the connection ready for the next command;
+    anything else stopping the read mid-output closes the connection."""
     query = statement.as_bytes(conn)
     with conn.lock:
         pgconn = conn.pgconn
@@ -34,15 +35,19 @@ def copy_out(conn: psycopg.Connection[Any], statement: sql.Composable) -> bytes:
                 errors.ProgrammingError("COPY returned no result")
         data = bytearray()
         get = pgconn.get_copy_data
-        while True:
-            n, block = get(1)
-            if n > 0:
-                data += block
-            elif n == 0:  # nothing buffered: wait for the socket
-                poll.poll()
-                pgconn.consume_input()
-            else:
-                break
+        try:
+            while True:
+                n, block = get(1)
+                if n > 0:
+                    data += block
+                elif n == 0:  # nothing buffered: wait for the socket
+                    poll.poll()
+                    pgconn.consume_input()
+                else:
+                    break
+        except BaseException:  # (an interrupt, memory): libpq is left inside the COPY, which no one can resume
+            conn.close()
+            raise
         failed = _drain(pgconn, poll)
         if failed is not None:
             raise errors.error_from_result(failed, encoding=conn.info.encoding)

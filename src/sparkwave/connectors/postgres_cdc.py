@@ -458,18 +458,28 @@ class PostgresCdc(Connector):
         return ranges
 
     def _committed_key(self, committed: dict[str, int]) -> Key:
-        """The backfill's position; a composite key's table made before its columns had splits of their
-        own (read in one chunk then) starts from the least key any could have."""
+        """The backfill's position; a table made before its key had the splits it has now (a composite
+        or uuid key, read in one chunk then) starts from the least key any could have."""
         if all(s in committed for s in self.key_splits):
             return tuple(committed[s] for s in self.key_splits)
+        return self._least()
+
+    def _least(self) -> Key:
         return tuple(-(1 << b) for b in self.reader.bits)
+
+    def _range_key(self, ranges: dict[str, list[int]], end: int) -> Key:
+        """A backfill range's start (`end` 0) or end (1); the least key for an epoch an earlier
+        release planned with fewer splits (its keys were read in one chunk, from the least)."""
+        if all(s in ranges for s in self.key_splits):
+            return tuple(ranges[s][end] for s in self.key_splits)
+        return self._least()
 
     def _position(self, ranges: dict[str, list[int]]) -> Key | None:
         """The backfill's position once the epoch of `ranges` is done (None: every key's changes
         apply): while the backfill runs, every epoch's ranges name it."""
         if BACKFILL not in ranges or BACKFILLED in ranges:
             return None
-        return tuple(ranges[s][1] for s in self.key_splits)
+        return self._range_key(ranges, 1)
 
     def planned_rows(self, ranges: dict[str, list[int]]) -> int:
         """The intents planned for `ranges` (the stream's offsets are WAL positions, the backfill's
@@ -500,7 +510,7 @@ class PostgresCdc(Connector):
                 if stop is not None:
                     raise stop
             chunk = None
-            lo, hi = (tuple(ranges.get(s, [0, 0])[i] for s in self.key_splits) for i in (0, 1))
+            lo, hi = self._range_key(ranges, 0), self._range_key(ranges, 1)
             if BACKFILL in ranges and (hi > lo or ROWS_READ in ranges):  # the epoch took a chunk
                 # The last chunk read every key from `lo`: its end may be the greatest position a split holds,
                 # which a bigint key can equal (a range ending there would leave that key out), and so may its

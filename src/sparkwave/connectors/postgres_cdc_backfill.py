@@ -94,8 +94,10 @@ class ChunkReader:
         parts = [key_parts(types[k], (upstream or {}).get(k, "")) for k in key]
         self.table, self.columns, self.key = table, columns, key
         self.chunked = all(p is not None for p in parts)
-        self.uuids = [p == UUID_BITS for p in parts]  # per key column
-        self.bits = [b for p in parts for b in (p if p is not None else (63,))]  # per part of a position
+        # per key column; a key read in one chunk keeps one split a column, as it always had
+        self.uuids = [self.chunked and p == UUID_BITS for p in parts]
+        self.bits = [b for p in parts for b in (p or ())] if self.chunked else \
+            [INT_BITS.get(types[k].name, 63) for k in key]  # per part of a position
         self.slots = [[n for n, _ in columns].index(k) for k in key]
         self.parallelism = parallelism if self.chunked and len(self.bits) == 1 else 1
         self.open_conn = open_conn
@@ -324,7 +326,8 @@ def read_chunk(conn: Any, reader: ChunkReader, pos: Key, end: Key | None, limit:
         rows, values, after, done = reader.read(conn, pos, end, limit)
         snapshot = str(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # the transaction's
     finally:
-        conn.execute("COMMIT")
+        if not conn.closed:  # (a read stopped mid-COPY closed it: its error is the one to raise)
+            conn.execute("COMMIT")
     if any(not visible(snapshot, xid) for xid in committed_before):
         return None
     wal = int(conn.execute(MARK).fetchone()[0])

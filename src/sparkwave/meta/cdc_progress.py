@@ -72,6 +72,8 @@ def _key_values(rel: Relation, offsets: dict[str, int]) -> list[int | str]:
     if len(parts) <= len(key):
         return [*parts, *[0] * (len(key) - len(parts))]
     types = {c.name: c.type.name for c in rel.schema.columns}
+    if len(parts) != sum(1 if types.get(name) in INT_BITS else 2 for name in key):
+        return list(parts)  # not a layout of integers and uuids: the splits as they are
     out: list[int | str] = []
     it = iter(parts)
     for name in key:

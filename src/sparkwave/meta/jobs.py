@@ -35,8 +35,8 @@ class _Worker(SparkGroupService):
     """A creating job's worker: each round one checkpoint (or a rearranged job's budget of them)."""
 
     def __init__(self, manager: CreatingJobs, job_id: int, chunk_rows: int) -> None:
-        super().__init__(f"sparkwave-job-{job_id}", manager.rt.spark, BACKFILL_POOL, f"sparkwave creating job {job_id}",
-                         manager.bell, backoff=BACKOFF)
+        super().__init__(f"sparkwave-job-{manager.rt.group_token}-{job_id}", manager.rt.spark, BACKFILL_POOL,
+                         f"sparkwave creating job {job_id}", manager.bell, backoff=BACKOFF)
         self.manager = manager
         self.job_id = job_id
         self.cancelled = False

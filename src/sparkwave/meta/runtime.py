@@ -3,6 +3,7 @@ connectors of its sources."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,6 +35,10 @@ class Runtime(Store):
     def __init__(self, spark: SparkSession, warehouse: Warehouse, catalog: Catalog) -> None:
         super().__init__(spark, warehouse, catalog)
         self._connectors: dict[str, Connector] = {}
+        # Spark's job groups belong to the SparkContext, and a group cancelled with its future jobs stays
+        # cancelled: this session's groups carry a token of their own, so another session on the same
+        # Spark (another warehouse, a closed one) can never cancel them.
+        self.group_token = uuid.uuid4().hex[:8]
 
     def connector(self, rel: Relation) -> Connector | None:
         """The relation's connector for the barrier loop (its thread alone uses the client; an ALTER

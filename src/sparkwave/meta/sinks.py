@@ -73,8 +73,8 @@ class SinkWorker(SparkGroupService):
     """A sink's worker: each round one delivery (a snapshot chunk, or the next epochs' change)."""
 
     def __init__(self, manager: Sinks, row: SinkRow) -> None:
-        super().__init__(f"sparkwave-sink-{row.name}", manager.rt.spark, BACKFILL_POOL, f"sparkwave sink {row.name}",
-                         backoff=BACKOFF)
+        super().__init__(f"sparkwave-sink-{manager.rt.group_token}-{row.name}", manager.rt.spark, BACKFILL_POOL,
+                         f"sparkwave sink {row.name}", backoff=BACKOFF)
         self.manager = manager
         self.rt = manager.rt
         self.row = row

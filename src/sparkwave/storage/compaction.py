@@ -78,29 +78,31 @@ def write_base_files(rt: Store, rel: Relation, df: DataFrame | pa.Table, staging
     # No dictionaries in a state's small row groups: within a few thousand rows they rarely pay for
     # themselves, and they slow the write.
     lookup_groups = rel.kind == "state" and lookups
-    if isinstance(df, pa.Table):
-        _write_local(df.select(["_vnode", *rel.schema.names]), staging, order, lookup_groups)
-    else:
-        out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
-        if sort and cluster:
-            out = out.repartitionByRange(spark_features.default_parallelism(rt.spark), "_vnode")
-        if order:
-            out = out.sortWithinPartitions(*[f"`{k}`" for k in order])
-        writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
-        if lookup_groups:
-            writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS) \
-                .option("parquet.enable.dictionary", "false")
-        writer.parquet(str(staging))
-    files, rows = [], []
-    for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
-        n = pq.ParquetFile(staging / name).metadata.num_rows
-        if n == 0:
-            continue
-        dest = stored.base_path / f"{prefix}{i}.parquet"
-        os.replace(staging / name, dest)
-        files.append(str(dest))
-        rows.append(n)
-    shutil.rmtree(staging, ignore_errors=True)
+    try:  # a failed attempt leaves no staging folder (its name is its own: no later attempt reuses it)
+        if isinstance(df, pa.Table):
+            _write_local(df.select(["_vnode", *rel.schema.names]), staging, order, lookup_groups)
+        else:
+            out = df.select("_vnode", *[f"`{n}`" for n in rel.schema.names])
+            if sort and cluster:
+                out = out.repartitionByRange(spark_features.default_parallelism(rt.spark), "_vnode")
+            if order:
+                out = out.sortWithinPartitions(*[f"`{k}`" for k in order])
+            writer = out.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
+            if lookup_groups:
+                writer = writer.option("parquet.block.row.count.limit", STATE_ROW_GROUP_ROWS) \
+                    .option("parquet.enable.dictionary", "false")
+            writer.parquet(str(staging))
+        files, rows = [], []
+        for i, name in enumerate(sorted(f for f in os.listdir(staging) if f.endswith(".parquet"))):
+            n = pq.ParquetFile(staging / name).metadata.num_rows
+            if n == 0:
+                continue
+            dest = stored.base_path / f"{prefix}{i}.parquet"
+            os.replace(staging / name, dest)
+            files.append(str(dest))
+            rows.append(n)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     if indexed and files:
         try:
             if isinstance(df, pa.Table):
@@ -143,11 +145,14 @@ def write_base(rt: Store, rel: Relation, df: DataFrame | pa.Table | Linked, epoc
 
 def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     """Compact `rel` at committed `epoch` if its log has anything past the current base."""
+    newest = rt.catalog.base_at(rel.name, (1 << 63) - 1)
+    if newest is not None and newest.epoch >= epoch:  # done already, or a newer one (a COMPACT beside maintenance)
+        return False
     base = rt.catalog.base_at(rel.name, epoch)
     since = base.epoch if base else 0
     n_epochs = rt.catalog.log_rows_since(rel.name, since).files
     linked = base is not None and is_linked(base.files)  # due without a log: `links.py`
-    if (n_epochs == 0 and not linked) or (base and base.epoch == epoch):
+    if n_epochs == 0 and not linked:
         return False
     local = rt.local_snapshot(rel, epoch)
     rows = rt.snapshot(rel, epoch) if local is None else local

@@ -59,18 +59,20 @@ def link_base_files(rt: Store, rel: Relation, linked: Linked, staging_name: str,
     staging_name, prefix = attempt_names(staging_name, prefix)
     staging = stored.base_path / staging_name
     staging.mkdir(parents=True)
-    files, rows = [], []
-    for i, path in enumerate(paths):
-        meta = pq.ParquetFile(path).metadata
-        if meta.num_rows == 0:
-            continue
-        name = f"{LINKED}{prefix}{i}.parquet"
-        _link(Path(path), staging / name)
-        dest = stored.base_path / name
-        os.replace(staging / name, dest)
-        files.append(str(dest))
-        rows.append(meta.num_rows)
-    shutil.rmtree(staging, ignore_errors=True)
+    try:  # a failed attempt leaves no staging folder
+        files, rows = [], []
+        for i, path in enumerate(paths):
+            meta = pq.ParquetFile(path).metadata
+            if meta.num_rows == 0:
+                continue
+            name = f"{LINKED}{prefix}{i}.parquet"
+            _link(Path(path), staging / name)
+            dest = stored.base_path / name
+            os.replace(staging / name, dest)
+            files.append(str(dest))
+            rows.append(meta.num_rows)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return files, rows
 
 

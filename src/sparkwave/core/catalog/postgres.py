@@ -19,6 +19,7 @@ computed after the takeover never commits. The same row's `changes` counter is `
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -33,6 +34,7 @@ from sparkwave.core.errors import CatalogError, OwnershipError
 if TYPE_CHECKING:
     import psycopg
 
+log = logging.getLogger("sparkwave.catalog")
 LOCK_CLASS = 0x5357  # the advisory lock's first key ("SW"); the second is the schema's hash
 _LOCK_ARGS = f"{LOCK_CLASS}, hashtext(current_schema())"
 _BOOTSTRAP_LOCK = 0x5358
@@ -44,7 +46,8 @@ _BOOTSTRAP = (
     """CREATE TABLE IF NOT EXISTS sparkwave_owner (
     id INTEGER PRIMARY KEY CHECK (id = 1), generation BIGINT NOT NULL, changes BIGINT NOT NULL,
     pid INTEGER, host TEXT, since TEXT)""",
-    "INSERT INTO sparkwave_owner VALUES (1, 0, 0, NULL, NULL, NULL) ON CONFLICT DO NOTHING",
+    # (not ON CONFLICT: that waits for the row's lock, which a paused deposed owner may hold: `_next_generation`)
+    "INSERT INTO sparkwave_owner SELECT 1, 0, 0, NULL, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM sparkwave_owner)",
     # SQLite's CAST(text AS INTEGER): the leading integer, 0 if none (never an error)
     # (STRICT: NULL stays NULL, as SQLite's CAST(NULL AS INTEGER); a history floor depends on it)
     """CREATE OR REPLACE FUNCTION sparkwave_int(t TEXT) RETURNS BIGINT LANGUAGE sql IMMUTABLE STRICT AS
@@ -352,14 +355,44 @@ def take_ownership(dsn: str, where: str) -> tuple[psycopg.Connection, int] | Non
         if not _value(conn, f"SELECT pg_try_advisory_lock({_LOCK_ARGS})"):
             conn.close()
             return None
-        row = conn.execute("UPDATE sparkwave_owner SET generation = generation + 1, pid = %s, host = %s, since = %s "
-                           "RETURNING generation", (os.getpid(), socket.gethostname(),
-                                                    time.strftime("%Y-%m-%d %H:%M:%S"))).fetchone()
-        assert row is not None, "BUG: sparkwave_owner has no row"
-        return conn, int(row[0])
+        return conn, _next_generation(conn, where)
     except BaseException:
         conn.close()
         raise
+
+
+# A write transaction of a deposed owner: it holds the owner row (`begin`); holding the lock, no one
+# else may write it.
+_DEPOSED_WRITERS = ("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'relation' AND relation = "
+                    "'sparkwave_owner'::regclass AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid()")
+
+
+def _next_generation(conn: psycopg.Connection, where: str) -> int:
+    """Bumps the owner generation, on the lock's connection. A commit in flight is ordered before it
+    (the bump waits for the row); but a deposed owner paused inside a write transaction (a stopped
+    process, whose host still answers keepalives) would hold the row, and so the takeover, for as
+    long as it stays paused: once the bump has waited a lock timeout, that session is ended."""
+    pg = _psycopg()
+    conn.execute("SET lock_timeout = '2s'")
+    try:
+        for attempt in range(30):
+            if attempt:
+                try:
+                    conn.execute(_DEPOSED_WRITERS)
+                except pg.Error as e:  # not allowed to end another role's session: the bump waits for it
+                    log.warning("%s: could not end a deposed owner's session: %s", where, str(e).strip())
+            try:
+                row = conn.execute("UPDATE sparkwave_owner SET generation = generation + 1, pid = %s, host = %s, "
+                                   "since = %s RETURNING generation",
+                                   (os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%d %H:%M:%S"))).fetchone()
+            except pg.errors.LockNotAvailable:
+                continue
+            assert row is not None, "BUG: sparkwave_owner has no row"
+            return int(row[0])
+        raise CatalogError(f"the {where}: another session holds the owner row and could not be ended; "
+                           "end it (pg_terminate_backend) and open the warehouse again")
+    finally:
+        conn.execute("SET lock_timeout = 0")
 
 
 def still_owner(conn: psycopg.Connection, dsn: str, where: str, generation: int) -> psycopg.Connection:

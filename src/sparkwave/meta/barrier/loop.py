@@ -64,7 +64,7 @@ class BarrierLoop(Service):
         self.scheduler = Scheduler(Executor(rt, rt.connector), self._in_epoch_group, self._cancel_group, self._abandon)
         self.committer = Committer(rt, listeners)
         self._attempts = 0
-        self._group = "sparkwave-epoch-0"  # the Spark job group of the running attempt's jobs
+        self._group = f"sparkwave-epoch-{rt.group_token}-0"  # the Spark job group of the running attempt's jobs
         self._joined = threading.local()  # the group each thread last joined (`_in_epoch_group`)
 
     # --- thread --------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ class BarrierLoop(Service):
                 # each attempt's jobs in a group of their own (the pool's threads join it per relation):
                 # `abandon` cancels that group's jobs, present and future
                 self._attempts += 1
-                self._group = f"sparkwave-epoch-{self._attempts}"
+                self._group = f"sparkwave-epoch-{self.rt.group_token}-{self._attempts}"
                 self._in_epoch_group()
                 report = self.run_epoch()
                 held = report is None
