@@ -145,10 +145,9 @@ def write_base(rt: Store, rel: Relation, df: DataFrame | pa.Table | Linked, epoc
 
 def compact(rt: Store, rel: Relation, epoch: int) -> bool:
     """Compact `rel` at committed `epoch` if its log has anything past the current base."""
-    newest = rt.catalog.base_at(rel.name, (1 << 63) - 1)
-    if newest is not None and newest.epoch >= epoch:  # done already, or a newer one (a COMPACT beside maintenance)
+    base = rt.catalog.base_at(rel.name, (1 << 63) - 1)  # the newest: below `epoch`, it is the base at `epoch`
+    if base is not None and base.epoch >= epoch:  # done already, or a newer one (a COMPACT beside maintenance)
         return False
-    base = rt.catalog.base_at(rel.name, epoch)
     since = base.epoch if base else 0
     n_epochs = rt.catalog.log_rows_since(rel.name, since).files
     linked = base is not None and is_linked(base.files)  # due without a log: `links.py`
