@@ -6,6 +6,8 @@ the whole path with the chunks read by one connection and by `snapshot.paralleli
 one snapshot, alternately, RUNS times each (medians). Then the pipeline's latency: the epochs of an
 unrelated table and its MV alone and while a backfill (chunks of the default 10,000 rows) shares
 them, in alternating blocks (the backfill paused by SOURCE_RATE_LIMIT = 0 between), p50 and p99.
+With SPARKWAVE_BENCH_KEY=text the key is text, which PostgreSQL orders (read by one connection): the md5
+of the number, so key order is unrelated to the heap's; `text-sorted`: the number zero-padded, in heap order.
 
 Usage: python -m bench.bench_pgcdc [ROWS [CHUNK_ROWS [RUNS]]]"""
 
@@ -26,12 +28,17 @@ import sparkwave
 from bench.common import fresh_dir, spark
 from bench.sampler import Sampler
 from sparkwave.connectors.postgres_cdc import BACKFILLED, PostgresCdc
-from sparkwave.connectors.postgres_cdc_backfill import Key
+from sparkwave.connectors.postgres_cdc_position import Key
 from sparkwave.core.schema import Column, Schema, parse_type
 from sparkwave.devtools.postgres_server import PostgresServer
 
-DDL = "id bigint PRIMARY KEY, name text, v bigint, price numeric(10,2), ts timestamptz"
-DECLARED = "id bigint PRIMARY KEY, name varchar, v bigint, price decimal(10,2), ts timestamptz"
+KEYS = {"bigint": ("bigint", "bigint", "i"), "text": ("text", "varchar", "md5(i::text)"),
+        "text-sorted": ("text", "varchar", "lpad(i::text, 12, '0')")}
+KEY = os.environ.get("SPARKWAVE_BENCH_KEY", "bigint")
+KEY_TYPE, KEY_DECLARED, KEY_VALUE = KEYS[KEY]
+TEXT_KEY = KEY_TYPE == "text"
+DDL = f"id {KEY_TYPE} PRIMARY KEY, name text, v bigint, price numeric(10,2), ts timestamptz"
+DECLARED = f"id {KEY_DECLARED} PRIMARY KEY, name varchar, v bigint, price decimal(10,2), ts timestamptz"
 BATCH = 500_000
 P99_CHUNK = 10_000  # snapshot.batch_size's default
 # The unrelated table's epochs: BLOCKS blocks (alone, during, alone, ...) of BLOCK_EPOCHS epochs of U_ROWS rows.
@@ -61,12 +68,12 @@ def copy_seconds(conn: psycopg.Connection) -> float:
 def connector_seconds(pg: PostgresServer, conn: psycopg.Connection) -> float:
     """The connector's chunks alone (no Spark, no table): read, parsed, converted."""
     schema = Schema(tuple(Column(n, parse_type(t)) for n, t in
-                          [("id", "bigint"), ("name", "varchar"), ("v", "bigint"), ("price", "decimal(10,2)"),
+                          [("id", KEY_DECLARED), ("name", "varchar"), ("v", "bigint"), ("price", "decimal(10,2)"),
                            ("ts", "timestamptz")]), ("id",))
     conn.execute("SELECT pg_create_logical_replication_slot('bench_raw', 'pgoutput')")
     conn.execute("CREATE PUBLICATION sparkwave_t FOR TABLE t")
     cdc = PostgresCdc("t", schema, options(pg, "bench_raw"))
-    pos: Key = (1,)
+    pos: Key = cdc.reader.first_key(conn)
     t0, done = time.perf_counter(), False
     while not done:
         chunk = cdc._read_chunk(pos, None, BATCH)
@@ -100,7 +107,7 @@ def main(rows: int, runs: int) -> None:
     rates: dict[str, list[float]] = {k: [] for k in ["COPY", *ratios]}
     with PostgresServer(root / "pg") as pg, psycopg.connect(pg.dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE t ({DDL})")
-        conn.execute("INSERT INTO t SELECT i, 'n' || (i %% 7), i * 3, (i %% 1000) / 10.0, "
+        conn.execute(f"INSERT INTO t SELECT {KEY_VALUE}, 'n' || (i %% 7), i * 3, (i %% 1000) / 10.0, "
                      "timestamptz '2026-01-01' + i * interval '1 second' FROM generate_series(1, %s) i", (rows,))
         conn.execute("VACUUM ANALYZE t")
         copy_seconds(conn)  # warm
@@ -108,7 +115,8 @@ def main(rows: int, runs: int) -> None:
             for run in range(runs):
                 for name, measure in [("connector", lambda: connector_seconds(pg, conn)),
                                       ("whole, 1 connection", lambda: backfill_seconds(s, pg, rows, 1)),
-                                      ("whole, 4 connections", lambda: backfill_seconds(s, pg, rows, 4))]:
+                                      ("whole, 4 connections", lambda: backfill_seconds(s, pg, rows, 4))
+                                      ][:2 if TEXT_KEY else 3]:
                     base = copy_seconds(conn)
                     took = measure()
                     ratios[name].append(base / took)
@@ -117,9 +125,11 @@ def main(rows: int, runs: int) -> None:
                     print(f"run {run + 1}: {name}: {rows / took:,.0f} rows/s = {base / took:.2f}x COPY "
                           f"({rows / base:,.0f} rows/s)", flush=True)
             quiet, busy = pipeline_epochs(s, pg) if BLOCKS else ([], [])
-    print(f"{rows} rows, chunks of {BATCH}, {runs} runs (medians; min-max of the ratio):")
+    print(f"{rows} rows, key {KEY} ({KEY_VALUE}), chunks of {BATCH}, {runs} runs (medians; min-max of the ratio):")
     print(f"  COPY t TO STDOUT: {statistics.median(rates['COPY']):,.0f} rows/s")
     for name, values in ratios.items():
+        if not values:
+            continue
         print(f"  {name}: {statistics.median(rates[name]):,.0f} rows/s = {statistics.median(values):.2f}x COPY "
               f"({min(values):.2f}-{max(values):.2f})")
     if not quiet or not busy:

@@ -3,9 +3,9 @@
 transactions between epochs, an MV over it created before and one during the backfill.
 
 Usage: python -m tests.pgcdc_crash_child WAREHOUSE PROGRESS_FILE, with SPARKWAVE_PGCDC (the JSON
-of host, port, user, password, database, slot [, epochs, drop]) naming the upstream PostgreSQL, whose
+of host, port, user, password, database, slot [, epochs, drop, key]) naming the upstream PostgreSQL, whose
 table `t` exists (slots are the server's: each case names its own); with `drop`, the MVs and the table
-are dropped after the epochs."""
+are dropped after the epochs; with `key` "numeric", its `id` is a numeric (ordered by PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ class Server:
         self.host, self.port, self.user, self.password = d["host"], d["port"], d["user"], d["password"]
 
 
-def create(s, pg, db: str, slot: str) -> None:
+def create(s, pg, db: str, slot: str, key: str) -> None:
     from tests.pgcdc_util import options
     opts = options(pg, db, "t", **{"snapshot.batch_size": "40", "slot.name": slot})
-    s.sql(f"CREATE TABLE t ({DECLARED}) WITH ({opts})")
+    declared = DECLARED.replace("id int", "id decimal(12,0)") if key == "numeric" else DECLARED
+    s.sql(f"CREATE TABLE t ({declared}) WITH ({opts})")
     s.sql(f"CREATE MATERIALIZED VIEW even AS {MVS['even'].format(t='t')}")
 
 
@@ -42,7 +43,7 @@ def main(warehouse: str, progress: str) -> None:
     up = Upstream(dsn, ddl=None, seed=4900)
     spark = create_spark(TEST_MASTER)
     with sparkwave.connect(warehouse, spark=spark, barrier_interval_ms=3_600_000) as s:
-        create(s, pg, conf["database"], conf["slot"])
+        create(s, pg, conf["database"], conf["slot"], conf.get("key", "int"))
         for i in range(conf.get("epochs", EPOCHS)):
             if i == 2:
                 s.sql(f"CREATE MATERIALIZED VIEW per_name AS {MVS['per_name'].format(t='t')}")

@@ -12,16 +12,18 @@ import json
 import pytest
 
 import sparkwave
-from sparkwave.connectors.postgres_cdc import BACKFILL, BACKFILLED, LSN
+from sparkwave.connectors.postgres_cdc import BACKFILLED, LSN, ROWS_READ
 from sparkwave.connectors.postgres_cdc_release import KEY
 from sparkwave.core.catalog import Catalog
 from tests.crash.test_crash import run_child
 from tests.kafka_util import check_epoch
 from tests.oracle import multiset, rows_of
-from tests.pgcdc_util import DUCK_DDL, MVS, Upstream
+from tests.pgcdc_util import DUCK_DDL, MVS, UPSTREAM_DDL, Upstream
 
-POINTS = ["cdc_after_chunk_read:2", "cdc_before_slot_advance:3", pytest.param("mid_execute:4", marks=pytest.mark.chaos),
-          pytest.param("after_catalog_commit:3", marks=pytest.mark.chaos)]  # `make chaos` runs these
+# A point, and the upstream key's type: a numeric key's order is PostgreSQL's, its position the last key read.
+POINTS = [("cdc_after_chunk_read:2", "int"), ("cdc_before_slot_advance:3", "int"), ("mid_execute:4", "numeric"),
+          *(pytest.param(*p, marks=pytest.mark.chaos) for p in  # `make chaos` runs these
+            [("mid_execute:4", "int"), ("after_catalog_commit:3", "int"), ("cdc_after_chunk_read:2", "numeric")])]
 
 
 def _slot_lsn(up: Upstream, slot: str) -> int:
@@ -29,15 +31,16 @@ def _slot_lsn(up: Upstream, slot: str) -> int:
                                "WHERE slot_name = %s", (slot,)).fetchone()[0])
 
 
-@pytest.mark.parametrize("crash_at", POINTS)
-def test_a_cdc_table_survives_a_sigkill(spark, tmp_path, postgres, monkeypatch, crash_at):
-    db = slot = "crash_" + crash_at.split(":")[0]
+@pytest.mark.parametrize("crash_at,key", POINTS)
+def test_a_cdc_table_survives_a_sigkill(spark, tmp_path, postgres, monkeypatch, crash_at, key):
+    db = slot = f"crash_{crash_at.split(':')[0]}_{key}"
     postgres.create_database(db)
-    up = Upstream(postgres.dsn(db))
+    up = Upstream(postgres.dsn(db), ddl=UPSTREAM_DDL.replace("id int", "id numeric(12,0)") if key == "numeric"
+                  else UPSTREAM_DDL)
     up.insert(150)
     monkeypatch.setenv("SPARKWAVE_PGCDC", json.dumps({"host": postgres.host, "port": postgres.port,
                                                       "user": postgres.user, "password": postgres.password,
-                                                      "database": db, "slot": slot}))
+                                                      "database": db, "slot": slot, "key": key}))
     wh, progress = tmp_path / "wh", tmp_path / "progress"
     run_child(wh, progress, crash_at, module="tests.pgcdc_crash_child")
     acked = progress.read_text().split() if progress.exists() else []
@@ -49,7 +52,7 @@ def test_a_cdc_table_survives_a_sigkill(spark, tmp_path, postgres, monkeypatch, 
             pending = catalog.uncommitted_plan()
         finally:
             catalog.close()
-        lo, hi = pending.plan["sources"]["t"][BACKFILL] if pending else (0, 0)
+        lo, hi = pending.plan["sources"]["t"].get(ROWS_READ, (0, 0)) if pending else (0, 0)
         assert hi > lo, f"the crash was not in a backfill epoch: {pending}"
     with sparkwave.connect(wh, spark=spark, barrier_interval_ms=3_600_000) as s:
         if crash_at.startswith("cdc_before_slot_advance"):
@@ -63,7 +66,8 @@ def test_a_cdc_table_survives_a_sigkill(spark, tmp_path, postgres, monkeypatch, 
         want = list(up.state().values())
         assert multiset(rows_of(s.table("t"))) == multiset(want)
         mvs = [m for m in MVS if s.catalog.relation(m) is not None]
-        check_epoch(s, s.committed_epoch, {"t": (DUCK_DDL, want)}, {m: MVS[m].format(t="t") for m in mvs})
+        duck = DUCK_DDL.replace("id INTEGER", "id DECIMAL(12,0)") if key == "numeric" else DUCK_DDL
+        check_epoch(s, s.committed_epoch, {"t": (duck, want)}, {m: MVS[m].format(t="t") for m in mvs})
         assert _slot_lsn(up, slot) <= s.catalog.source_offsets("t")[LSN]
         s.sql("DROP MATERIALIZED VIEW even")
         if "per_name" in mvs:

@@ -196,8 +196,9 @@ def test_a_uuid_key_is_read_in_chunks_in_its_byte_order_to_the_greatest_uuid(pos
                "username": postgres.user, "password": postgres.password, "database.name": db, "table.name": "t"}
     first = make_connector("t", schema, {**options, "snapshot.batch_size": "2"})
     committed = made = first.initial_offsets()
-    assert first.key_splits == [BACKFILL, f"{BACKFILL}.1"] + ([f"{BACKFILL}.2"] if composite else [])
     try:
+        assert {s for s in committed if s.startswith(f"{BACKFILL}.")} | {BACKFILL} == \
+            {BACKFILL, f"{BACKFILL}.1"} | ({f"{BACKFILL}.2"} if composite else set())
         planned, shown = [], []
         for _ in range(12):
             ranges = first.plan(committed, 1000.0)

@@ -54,3 +54,18 @@ def test_a_chunks_absent_keys_are_not_looked_up():
     assert old_rows(find, keys.slice(1), SCHEMA, (10, 20)).num_rows == 0 and asked == [[3]], "nothing to look up"
     old_rows(find, keys, SCHEMA, None)
     assert asked[-1] == [3, 10, 19]
+
+
+def test_a_chunks_absent_key_values_are_not_looked_up():
+    """A key PostgreSQL orders (or a uuid): the chunk's key values, not a range."""
+    schema = Schema((Column("k", parse_type("varchar")), Column("v", parse_type("int"))), ("k",))
+    asked: list[list[str]] = []
+
+    def find(keys: pa.Table) -> pa.Table:
+        asked.append(keys["k"].to_pylist())
+        return base_arrow_schema(schema).empty_table()
+
+    keys = pa.table({"_vnode": pa.array([0, 0, 0], pa.int16()), "k": pa.array(["a", "B", "zoë"], pa.string())})
+    assert old_rows(find, keys, schema, pa.array(["zoë", "a"], pa.large_string())).num_rows == 0 and asked == [["B"]]
+    old_rows(find, keys, schema, pa.array(["a", "B", "zoë"]))
+    assert asked == [["B"]], "every key absent: nothing looked up"

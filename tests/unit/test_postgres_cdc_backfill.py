@@ -17,12 +17,34 @@ def _reader(*types: str) -> ChunkReader:
 
 def test_the_next_key_carries_at_each_columns_bound():
     r = _reader("int", "bigint")
-    assert r.chunked and r.parallelism == 1  # a composite key is read by one connection
+    assert not r.compared and r.parallelism == 1  # a composite key is read by one connection
     assert r.successor((1, 5)) == (1, 6)
     assert r.successor((1, LAST)) == (2, -(1 << 63))
     assert r.successor(((1 << 31) - 1, LAST)) is None
     assert _reader("smallint").successor((32766,)) == (32767,) and _reader("smallint").successor((32767,)) is None
-    assert not _reader("varchar").chunked and _reader("bigint").parallelism == 4
+    assert _reader("bigint").parallelism == 4
+
+
+def test_a_key_python_cannot_order_is_compared_upstream_from_no_key_read():
+    from sparkwave.connectors.postgres_cdc_check import KeyColumn
+
+    columns = [("name", parse_type("varchar")), ("n", parse_type("decimal(10,2)")), ("v", parse_type("int"))]
+    upstream = {"name": KeyColumn("text", "text", ("pg_catalog", "C")), "n": KeyColumn("numeric", "numeric", None)}
+    r = ChunkReader(None, columns, ["name", "n"], 4, lambda: None, upstream)
+    assert r.compared and r.parallelism == 1 and r.first_key(None) == ()
+    assert r.position(r.splits(())) == () and r.position({"backfill": 0}) == ()  # an earlier release's
+    assert r.position(r.splits(("zoë's", "10.50"))) == ("zoë's", "10.50")
+    rows = pa.table({"_c0": ["a", "b"], "_c1": ["1.00", "-2.00"], "_c2": ["1", "2"]})
+    assert r.after(rows, 1) == ("b", "-2.00") and r.after(rows, 0) == ("a", "1.00")
+    uuid = ChunkReader(None, [("id", parse_type("varchar"))], ["id"], 4, lambda: None,
+                       {"id": KeyColumn("uuid", "uuid", None)})
+    assert not uuid.compared and uuid.bits == [63, 63]
+    try:
+        ChunkReader(None, columns, ["name", "n"], 4, lambda: None, {"n": upstream["n"]})
+    except ValueError as e:
+        assert "name" in str(e)
+    else:
+        raise AssertionError("a compared key column without its upstream type was taken")
 
 
 def _part(keys: list[int], full: bool = False) -> _Part:

@@ -152,9 +152,10 @@ class Connector:
         none, and `read` is used): the table step then takes them without a round trip through Spark."""
         return None
 
-    def absent_keys(self, ranges: dict[str, list[int]]) -> tuple[int, int] | None:
-        """A range `[lo, hi)` of the table's single integer key of which the table holds no row before
-        the epoch of `ranges` (a CDC backfill's chunk): its intents need no old-row lookup."""
+    def absent_keys(self, ranges: dict[str, list[int]]) -> tuple[int, int] | pa.Array | None:
+        """Keys of the table's single-column key of which the table holds no row before the epoch of
+        `ranges` (a CDC backfill's chunk): a range `[lo, hi)` of an integer key, or the values. Their
+        intents need no old-row lookup."""
         return None
 
     def positions(self, seq: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:

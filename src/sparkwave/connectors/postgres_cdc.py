@@ -12,15 +12,16 @@ created if absent) are made; the slot's position is where the stream starts. Two
   decoded by `pgoutput.py`. The end is committed with the epoch; the slot is advanced to the committed
   position (`pg_replication_slot_advance`) only at the next plan, after that commit, so a crash
   anywhere replays from the slot, and transactions before the committed position are filtered out.
-- `backfill` (`backfill.1`, ... for a composite key's further columns, or a uuid's second part): the position,
-  the next primary-key value to read (integer and uuid key columns; other keys are read in one chunk). An
-  epoch of the backfill reads one chunk, `WHERE k >= pos ORDER BY k LIMIT n`, in a REPEATABLE READ
-  transaction, then a WAL position X written after its snapshot (a flushed logical message no
-  publication decodes); the epoch's stream range ends at X or later (`postgres_cdc_backfill.py`
-  reads a chunk by several connections at one snapshot, and reads the next one while the epoch runs).
-  Stream changes of keys at or past the backfill's position are left out (the chunk that reads them
-  later has them); those below it, the chunk's included, are applied after the chunk's rows in
-  commit order.
+- `backfill` (and more splits, `postgres_cdc_position.py`): the position, the next primary-key value
+  to read for integer and uuid keys, the last one read for any other (its order is PostgreSQL's: a
+  text key's is its collation's). An epoch of the backfill reads one chunk, `WHERE k >= pos ORDER BY k
+  LIMIT n` (`k > pos`), in a REPEATABLE READ transaction, then a WAL position X written after its
+  snapshot (a flushed logical message no publication decodes); the epoch's stream range ends at X or
+  later (`postgres_cdc_backfill.py` reads a chunk by several connections at one snapshot, and reads
+  the next one while the epoch runs). Stream changes of keys the backfill has not read yet are left
+  out (the chunk that reads them later has them); those it has, the chunk's included, are applied
+  after the chunk's rows in commit order. Whether a key has been read is asked of PostgreSQL, one
+  query an epoch, where Python cannot repeat the key's order.
 
 Why that is exact: every change is a full row image of its key (an insert or update carries the new
 row, a delete removes the key), so the last change of a key in `[start, X)` is its row at X,
@@ -49,6 +50,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -58,15 +60,18 @@ from sparkwave.connectors.base import Connector
 from sparkwave.connectors.files import read_ddl
 from sparkwave.connectors.options import Options, boolean, choice, integer, max_rows_per_epoch, rate_limit, text
 from sparkwave.connectors.pgoutput import UNCHANGED, Change, Decoder, PgoutputError, RelationInfo, Txn
-from sparkwave.connectors.postgres_cdc_backfill import INT_BITS, Chunk, ChunkReader, Key, Prefetch, read_chunk
+from sparkwave.connectors.postgres_cdc_backfill import INT_BITS, Chunk, ChunkReader, Prefetch, read_chunk
 from sparkwave.connectors.postgres_cdc_check import (
+    KeyColumn,
     column_problems,
     estimate,
+    key_columns,
     publish,
     slot_position,
     type_name,
     upstream_columns,
 )
+from sparkwave.connectors.postgres_cdc_position import BACKFILL, Key, span
 from sparkwave.connectors.postgres_cdc_values import SESSION_SETTINGS, UPSERT, IntentRows, RowParser, raw_text
 from sparkwave.core.crash import crash_point
 from sparkwave.core.errors import SqlError
@@ -74,7 +79,7 @@ from sparkwave.core.local_frames import local_batches
 from sparkwave.core.schema import Schema, SqlType
 
 log = logging.getLogger("sparkwave.postgres_cdc")
-LSN, BACKFILL, BACKFILLED = "lsn", "backfill", "backfilled"
+LSN, BACKFILLED = "lsn", "backfilled"
 # The backfill's progress (SHOW JOBS, the dashboard: `meta/cdc_progress.py`): rows read so far (a split each
 # chunk's epoch advances by its rows), and, set at CREATE, the upstream's estimated rows and when it began.
 ROWS_READ, ROWS_ESTIMATE, STARTED = "backfill_rows", "rows_estimate", "backfill_started"
@@ -156,20 +161,17 @@ class PostgresCdc(Connector):
         return ChunkReader(self._ident(), self.columns, self.key, self.int_option("snapshot.parallelism"),
                            self._open, self._key_types())
 
-    def _key_types(self) -> dict[str, str]:
-        """The key columns' types upstream, where one is declared other than as an integer (a uuid's
-        order is its bytes': `key_parts`)."""
+    def _key_types(self) -> dict[str, KeyColumn]:
+        """The key columns upstream, where one is declared other than as an integer (a uuid's order is
+        its bytes', any other's PostgreSQL's: `key_parts`)."""
         declared = dict(self.columns)
         if all(declared[k].name in INT_BITS for k in self.key):
             return {}
-        return {n: self._type_name(oid) for n, oid, _, _ in upstream_columns(self._connect(), self._regclass())
-                if n in self.key}
-
-    @functools.cached_property
-    def key_splits(self) -> list[str]:
-        """A position's splits, one an integer part (`backfill` the first, `backfill.1` ...): a column
-        each of a composite integer key, two for a uuid."""
-        return [BACKFILL] + [f"{BACKFILL}.{i}" for i in range(1, len(self.reader.bits))]
+        found = key_columns(self._connect(), self._regclass(), self.key)
+        if missing := [k for k in self.key if k not in found]:
+            raise SqlError(f"{self.where}: upstream table {self.qualified} has no column {missing[0]!r} of the "
+                           "declared primary key")
+        return found
 
     @functools.cached_property
     def prefetch(self) -> Prefetch:
@@ -177,8 +179,8 @@ class PostgresCdc(Connector):
 
     @property
     def int_key(self) -> bool:
-        """A single integer key: its chunks' key ranges are known absent from the table (`absent_keys`)."""
-        return self.reader.chunked and len(self.reader.bits) == 1
+        """A single integer key: its chunks' keys known absent from the table are a range (`absent_keys`)."""
+        return len(self.reader.bits) == 1
 
     @functools.cached_property
     def parser(self) -> RowParser:
@@ -264,7 +266,7 @@ class PostgresCdc(Connector):
         made |= OWN_SLOT if slot_made else 0
         if not self.value("snapshot"):
             return {LSN: int(lsn), BACKFILLED: 1, MADE: made}
-        first = dict(zip(self.key_splits, self.reader.first_key(conn), strict=True))
+        first = self.reader.splits(self.reader.first_key(conn))
         return {LSN: int(lsn), **first, ROWS_READ: 0, ROWS_ESTIMATE: estimate(conn, self._ident()),
                 STARTED: int(time.time()), MADE: made}
 
@@ -413,7 +415,7 @@ class PostgresCdc(Connector):
         return ranges
 
     def _plan(self, committed: dict[str, int], budget: int) -> dict[str, list[int]]:
-        start, pos, done = committed.get(LSN, 0), self._committed_key(committed), BACKFILLED in committed
+        start, pos, done = committed.get(LSN, 0), self.reader.position(committed), BACKFILLED in committed
         if self._decoded[0] != start and not done:  # a restart, or a connector replaced by an ALTER: the last
             # committed range is still in the slot (advanced below), its transactions for the next chunk's check
             self._decoded = (start, [t.xid for t in self._changes(0, start, None)[0]])
@@ -439,13 +441,13 @@ class PostgresCdc(Connector):
         if end > start and (txns or chunk is not None or end - start >= IDLE_ADVANCE_BYTES):
             ranges[LSN] = [start, end]
         if chunk is not None:
-            ranges.update({s: [a, b] for s, a, b in zip(self.key_splits, pos, chunk.next, strict=True)})
+            ranges.update(span(self.reader.splits(pos), self.reader.splits(chunk.next)))
             read = committed.get(ROWS_READ, 0)
             ranges[ROWS_READ] = [read, read + chunk.rows.num_rows]
             if chunk.done:
                 ranges[BACKFILLED] = [0, 1]
         elif ranges and not done:  # a replay's read needs the position, which the epoch keeps
-            ranges.update({s: [a, a] for s, a in zip(self.key_splits, pos, strict=True)})
+            ranges.update(span(self.reader.splits(pos), self.reader.splits(pos)))
         if ranges:
             self._planned = {_key(ranges): self._batch(chunk, txns, self._position(ranges))}
         if LSN in ranges:  # a chunk's snapshot saw every transaction before `start`; without one, they carry on
@@ -457,22 +459,10 @@ class PostgresCdc(Connector):
             self.prefetch.close()  # its connection is not needed again
         return ranges
 
-    def _committed_key(self, committed: dict[str, int]) -> Key:
-        """The backfill's position; a table made before its key had the splits it has now (a composite
-        or uuid key, read in one chunk then) starts from the least key any could have."""
-        if all(s in committed for s in self.key_splits):
-            return tuple(committed[s] for s in self.key_splits)
-        return self._least()
-
-    def _least(self) -> Key:
-        return tuple(-(1 << b) for b in self.reader.bits)
-
     def _range_key(self, ranges: dict[str, list[int]], end: int) -> Key:
         """A backfill range's start (`end` 0) or end (1); the least key for an epoch an earlier
         release planned with fewer splits (its keys were read in one chunk, from the least)."""
-        if all(s in ranges for s in self.key_splits):
-            return tuple(ranges[s][end] for s in self.key_splits)
-        return self._least()
+        return self.reader.position({s: r[end] for s, r in ranges.items()})
 
     def _position(self, ranges: dict[str, list[int]]) -> Key | None:
         """The backfill's position once the epoch of `ranges` is done (None: every key's changes
@@ -493,11 +483,17 @@ class PostgresCdc(Connector):
     def read(self, spark: SparkSession, ranges: dict[str, list[int]]) -> DataFrame:
         return local_batches(spark, [self.read_arrow(ranges)], read_ddl(self.schema))
 
-    def absent_keys(self, ranges: dict[str, list[int]]) -> tuple[int, int] | None:
-        """A chunk's key range: the table holds none of its keys yet, since the stream's changes of
-        keys at or past the backfill's position were left out (`_below`)."""
-        lo, hi = ranges.get(BACKFILL, [0, 0])
-        return (lo, hi) if self.int_key and hi > lo else None
+    def absent_keys(self, ranges: dict[str, list[int]]) -> tuple[int, int] | pa.Array | None:
+        """A chunk's keys: the table holds none of them yet, since the stream's changes of keys the
+        backfill had not read were left out (`_passed`). A single integer key's range, or another single
+        key's values (the chunk's rows lead the batch planned; a replay's are looked up)."""
+        if self.int_key:
+            lo, hi = ranges.get(BACKFILL, [0, 0])
+            return (lo, hi) if hi > lo else None
+        read, batch = ranges.get(ROWS_READ, [0, 0]), self._planned.get(_key(ranges))
+        if len(self.key) != 1 or batch is None or read[1] <= read[0]:
+            return None
+        return batch.column(self.key[0]).slice(0, read[1] - read[0])
 
     def read_arrow(self, ranges: dict[str, list[int]]) -> pa.RecordBatch:
         batch = self._planned.get(_key(ranges))  # kept: an attempt that fails is retried with the same rows
@@ -511,7 +507,7 @@ class PostgresCdc(Connector):
                     raise stop
             chunk = None
             lo, hi = self._range_key(ranges, 0), self._range_key(ranges, 1)
-            if BACKFILL in ranges and (hi > lo or ROWS_READ in ranges):  # the epoch took a chunk
+            if BACKFILL in ranges and (hi != lo or ROWS_READ in ranges or BACKFILLED in ranges):  # it took a chunk
                 # The last chunk read every key from `lo`: its end may be the greatest position a split holds,
                 # which a bigint key can equal (a range ending there would leave that key out), and so may its
                 # start (the key before it the greatest but one).
@@ -540,11 +536,11 @@ class PostgresCdc(Connector):
         for texts in slow:
             at = int(texts[key_slot]) if key_slot >= 0 and texts[key_slot] is not None else 0
             self._add(out, UPSERT, dict(zip(names, texts, strict=True)), (BACKFILL, at))
-        for txn in txns:
-            for change in txn.changes:
-                info = change.relation
-                if info is not None and self._ours(info):
-                    self._change(out, change, [c[0] for c in info.columns], pos, txn)
+        ours = [(txn, change, [c[0] for c in change.relation.columns]) for txn in txns for change in txn.changes
+                if change.relation is not None and self._ours(change.relation)]
+        passed = self._passed(ours, pos)
+        for txn, change, names in ours:
+            self._change(out, change, names, passed, txn)
         self._positions = out.positions
         return self._widen(out.batch(self._read_schema, bulk))
 
@@ -558,7 +554,21 @@ class PostgresCdc(Connector):
         return pa.RecordBatch.from_arrays(cols + [batch.column(n) for n in extra],
                                           names=[*self.schema.names, *extra])
 
-    def _change(self, out: IntentRows, change: Change, names: list[str], pos: Key | None, txn: Txn) -> None:
+    def _passed(self, ours: list[tuple[Txn, Change, list[str]]], pos: Key | None) -> Callable[[dict[str, Any]], bool]:
+        """Whether a changed row's key is one the backfill at `pos` (None: done) has read: its change applies."""
+        if pos is None:
+            return lambda row: True
+        keys: list[Any] = []
+        for _, change, names in ours if self.reader.compared else ():  # (ordered here: a key at a time)
+            if not set(self.key) <= set(names):
+                continue
+            slots = [names.index(k) for k in self.key]
+            keys += [tuple(values[i] for i in slots) for values in (change.old, change.new) if values is not None]
+        test = self.reader.passed(self._connect() if keys else None, keys, pos)
+        return lambda row: all(row.get(k) is not None for k in self.key) and test(tuple(row[k] for k in self.key))
+
+    def _change(self, out: IntentRows, change: Change, names: list[str], passed: Callable[[dict[str, Any]], bool],
+                txn: Txn) -> None:
         where = (LSN, txn.commit_lsn)
         old = dict(zip(names, change.old, strict=True)) if change.old is not None else None
         new = dict(zip(names, change.new, strict=True)) if change.new is not None else None
@@ -578,21 +588,10 @@ class PostgresCdc(Connector):
                     "IDENTITY DEFAULT (or FULL)", raw_text({k: v for k, v in old.items() if v is not UNCHANGED}), where)
             return
         if old is not None and (new is None or any(old[k] != new[k] for k in self.key)):
-            if self._below(old, pos):  # a delete, or an update that changed the key: the old key goes
+            if passed(old):  # a delete, or an update that changed the key: the old key goes
                 self._add(out, KEY_DELETE, {n: (old[n] if n in self.key else None) for n in names}, where)
-        if new is not None and self._below(new, pos):
+        if new is not None and passed(new):
             self._add(out, UPSERT, new, where)
-
-    def _below(self, row: dict[str, Any], pos: Key | None) -> bool:
-        """Whether the row's key is one the backfill has passed (its changes apply)."""
-        if pos is None:
-            return True
-        if not self.reader.chunked or any(row[k] is None for k in self.key):
-            return False
-        try:
-            return self.reader.parts_of([str(row[k]) for k in self.key]) < pos  # PostgreSQL's row order
-        except ValueError:
-            return True  # set aside by the parse, which names the value
 
     def _add(self, out: IntentRows, op: int, texts: dict[str, Any], where: tuple[str, int]) -> None:
         ordered = [texts.get(n) for n, _ in self.columns]

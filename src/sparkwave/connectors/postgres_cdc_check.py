@@ -12,7 +12,7 @@ must publish every kind of change of the whole table, or the table silently part
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkwave.connectors.postgres_cdc_values import suggested, takes
 from sparkwave.core.errors import SqlError
@@ -30,6 +30,28 @@ def type_name(conn: Any, oid: int) -> str:
     """The type name a column of type `oid` is compared by: a domain's base type, 'enum' for an enum."""
     row = conn.execute(_TYPE, (oid,)).fetchone()
     return str(oid) if row is None else str(row[0])
+
+
+class KeyColumn(NamedTuple):
+    """A key column upstream: the type it is compared by (`type_name`), the type its text form is cast
+    to (`format_type` with the column's modifier: `character` alone would be char(1); a domain or an enum
+    by its own name), and its collation (schema, name) if any."""
+
+    type: str
+    cast: str
+    collation: tuple[str, str] | None
+
+
+def key_columns(conn: Any, regclass: str, key: list[str]) -> dict[str, KeyColumn]:
+    """The upstream key columns' types and collations (the backfill compares keys by them)."""
+    rows = conn.execute(
+        "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod), cn.nspname, co.collname "
+        "FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation "
+        "LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped",
+        (regclass, key)).fetchall()
+    return {str(n): KeyColumn(type_name(conn, int(oid)), str(cast), None if coll is None else (str(nsp), str(coll)))
+            for n, oid, cast, nsp, coll in rows}
 
 
 def upstream_columns(conn: Any, regclass: str) -> list[tuple[str, int, bool, bool]]:

@@ -1,5 +1,6 @@
 """A PostgreSQL CDC table's backfill as a job row of SHOW JOBS and the dashboard: rows read of the
-upstream's estimated rows (`reltuples` at CREATE), the key it reads from next, the average rate and
+upstream's estimated rows (`reltuples` at CREATE), the key it reads from next (or, a key PostgreSQL
+orders, the last key it read), the average rate and
 an ETA. The table is readable throughout (it is in the main graph, not creating), so this is progress
 only: the relation's status stays 'running' and its error column empty. Computed from the committed
 offsets alone (`connectors/postgres_cdc.py` keeps them), so another process sees the same."""
@@ -12,6 +13,7 @@ from datetime import UTC, datetime
 
 from sparkwave.connectors.postgres_cdc import BACKFILL, BACKFILLED, ROWS_ESTIMATE, ROWS_READ, STARTED
 from sparkwave.connectors.postgres_cdc_backfill import INT_BITS, uuid_text
+from sparkwave.connectors.postgres_cdc_position import is_text, text_position
 from sparkwave.core.catalog import Catalog, Relation
 from sparkwave.meta.progress import JobInfo, UpstreamProgress
 
@@ -48,10 +50,7 @@ def _info(rel: Relation, options: dict[str, str], offsets: dict[str, int], now: 
     rate = done / max(1.0, now - started)
     limit = options.get("source_rate_limit", "")
     upstream = f"{options.get('schema.name', 'public')}.{options.get('table.name')}"
-    key = list(rel.schema.key) or ["key"]
-    values = _key_values(rel, offsets)
-    at_key = f"{key[0]} {values[0]}" if len(key) == 1 else f"({', '.join(key)}) ({', '.join(map(str, values))})"
-    at = UpstreamProgress(f"{upstream} from {at_key}", done, total)
+    at = UpstreamProgress(f"{upstream} {_at_key(rel, offsets)}", done, total)
     return JobInfo(CDC_JOB_ID, rel.name, "table", "cdc backfill", "snapshot", done, total,
                    round(100.0 * done / total, 1) if total else 0.0, round(rate, 1),
                    round((total - done) / rate, 1) if rate > 0 else None, 0, 0.0,
@@ -59,9 +58,26 @@ def _info(rel: Relation, options: dict[str, str], offsets: dict[str, int], now: 
                    rel.created_epoch, None, 0, None, (at,))
 
 
+def _at_key(rel: Relation, offsets: dict[str, int]) -> str:
+    """Where the backfill stands: `from` the next key, `after` the last key read (a key PostgreSQL
+    orders: its values as SQL literals)."""
+    key = list(rel.schema.key) or ["key"]
+    if not is_text(offsets):
+        word, values = "from", [str(v) for v in _key_values(rel, offsets)]
+    else:
+        try:
+            texts = text_position(offsets)
+        except ValueError as e:
+            return str(e)
+        if not texts:
+            return "from the first key"
+        word, values = "after", ["'" + t.replace("'", "''") + "'" for t in texts]
+    return f"{word} {key[0]} {values[0]}" if len(key) == 1 else f"{word} ({', '.join(key)}) ({', '.join(values)})"
+
+
 def _key_values(rel: Relation, offsets: dict[str, int]) -> list[int | str]:
-    """The next key's column values from its splits: one an integer column, two a uuid (declared
-    varchar here; a table holds more splits than key columns only then)."""
+    """The next key's column values from its splits, a key ordered here: one an integer column, two a
+    uuid (declared varchar here; a table holds more splits than key columns only then)."""
     key = list(rel.schema.key) or ["key"]
     parts: list[int] = []
     for i in range(2 * len(key)):

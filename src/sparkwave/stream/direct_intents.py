@@ -41,13 +41,14 @@ def arrow_intents(conn: Connector, rel: Relation, ranges: dict[str, list[int]]) 
 
 
 def old_rows(find: Callable[[pa.Table], pa.Table], keys: pa.Table, schema: Schema,
-             absent: tuple[int, int] | None) -> pa.Table:
+             absent: tuple[int, int] | pa.Array | None) -> pa.Table:
     """`find(keys)` (the table's rows of `keys` before the epoch) for the keys outside the connector's
-    `absent` range, whose rows it knows the table does not hold: a backfill chunk's keys, all of them
-    new, are not looked up in the table's files."""
+    `absent` range (or values), whose rows it knows the table does not hold: a backfill chunk's keys,
+    all of them new, are not looked up in the table's files."""
     if absent is None or len(schema.key) != 1:
         return find(keys)
     k = keys[schema.key[0]]
-    inside = pc.and_(pc.greater_equal(k, absent[0]), pc.less(k, absent[1]))
+    inside = pc.and_(pc.greater_equal(k, absent[0]), pc.less(k, absent[1])) if isinstance(absent, tuple) else \
+        pc.is_in(k, value_set=absent.cast(k.type))
     keys = keys.filter(pc.invert(pc.fill_null(inside, False)))
     return find(keys) if keys.num_rows else base_arrow_schema(schema).empty_table()
