@@ -7,7 +7,8 @@ one snapshot, alternately, RUNS times each (medians). Then the pipeline's latenc
 unrelated table and its MV alone and while a backfill (chunks of the default 10,000 rows) shares
 them, in alternating blocks (the backfill paused by SOURCE_RATE_LIMIT = 0 between), p50 and p99.
 With SPARKWAVE_BENCH_KEY=text the key is text, which PostgreSQL orders (read by one connection): the md5
-of the number, so key order is unrelated to the heap's; `text-sorted`: the number zero-padded, in heap order.
+of the number, so key order is unrelated to the heap's; `text-sorted`: the number zero-padded, in heap order;
+`uuid`: the md5 as a uuid (ordered by sparkwave, in random order too).
 
 Usage: python -m bench.bench_pgcdc [ROWS [CHUNK_ROWS [RUNS]]]"""
 
@@ -33,10 +34,10 @@ from sparkwave.core.schema import Column, Schema, parse_type
 from sparkwave.devtools.postgres_server import PostgresServer
 
 KEYS = {"bigint": ("bigint", "bigint", "i"), "text": ("text", "varchar", "md5(i::text)"),
-        "text-sorted": ("text", "varchar", "lpad(i::text, 12, '0')")}
+        "text-sorted": ("text", "varchar", "lpad(i::text, 12, '0')"), "uuid": ("uuid", "varchar", "md5(i::text)::uuid")}
 KEY = os.environ.get("SPARKWAVE_BENCH_KEY", "bigint")
 KEY_TYPE, KEY_DECLARED, KEY_VALUE = KEYS[KEY]
-TEXT_KEY = KEY_TYPE == "text"
+TEXT_KEY = KEY_TYPE != "bigint"  # read by one connection
 DDL = f"id {KEY_TYPE} PRIMARY KEY, name text, v bigint, price numeric(10,2), ts timestamptz"
 DECLARED = f"id {KEY_DECLARED} PRIMARY KEY, name varchar, v bigint, price decimal(10,2), ts timestamptz"
 BATCH = 500_000

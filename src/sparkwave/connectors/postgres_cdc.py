@@ -386,7 +386,7 @@ class PostgresCdc(Connector):
 
     # --- the backfill ------------------------------------------------------------------------------
     def _read_chunk(self, pos: Key, end: Key | None, limit: int | None, prior: list[int] | None = None) -> Chunk | None:
-        """The rows of keys in `[pos, end)` (`end` None: from `pos`, at most `limit`), in one
+        """The rows of keys from `pos` to `end` (`ChunkReader._range`; `end` None: at most `limit`), in one
         REPEATABLE READ transaction (`postgres_cdc_backfill.py`), and the WAL position after its
         snapshot; None if a transaction of `prior` (committed before the stream's start) is not visible."""
         self.prefetch.wait()  # the reader's connections are one reader's at a time
@@ -441,7 +441,8 @@ class PostgresCdc(Connector):
         if end > start and (txns or chunk is not None or end - start >= IDLE_ADVANCE_BYTES):
             ranges[LSN] = [start, end]
         if chunk is not None:
-            ranges.update(span(self.reader.splits(pos), self.reader.splits(chunk.next)))
+            last = () if chunk.done and self.reader.compared else chunk.next  # no key's bytes kept once done
+            ranges.update(span(self.reader.splits(pos), self.reader.splits(last)))
             read = committed.get(ROWS_READ, 0)
             ranges[ROWS_READ] = [read, read + chunk.rows.num_rows]
             if chunk.done:
@@ -523,8 +524,8 @@ class PostgresCdc(Connector):
 
     # --- rows --------------------------------------------------------------------------------------
     def _batch(self, chunk: Chunk | None, txns: list[Txn], pos: Key | None) -> pa.RecordBatch:
-        """The epoch's intents: the chunk's rows as upserts, then each change of a key below the
-        backfill's position `pos` (None: every key), in commit order."""
+        """The epoch's intents: the chunk's rows as upserts, then each change of a key the backfill at
+        `pos` has read (None: every key), in commit order."""
         out = IntentRows(len(self.columns))
         names = [n for n, _ in self.columns]
         bulk = chunk.values if chunk is not None and chunk.rows.num_rows else None

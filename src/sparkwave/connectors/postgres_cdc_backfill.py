@@ -91,7 +91,7 @@ def uuid_text(hi: int, lo: int) -> str:
 class ChunkReader:
     """Reads chunks of one upstream table; `open_conn` makes a connection with the connector's settings,
     `upstream` describes the key columns upstream (a uuid is declared varchar here; a key compared
-    upstream is cast to its columns' types there). Integer key columns need no description."""
+    upstream is cast to its columns' types there): every column of a key other than integers."""
 
     def __init__(self, table: Any, columns: list[tuple[str, SqlType]], key: list[str], parallelism: int,
                  open_conn: Callable[[], Any], upstream: Mapping[str, KeyColumn] | None = None) -> None:
@@ -127,15 +127,22 @@ class ChunkReader:
         names = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
         return names if len(self.key) == 1 else sql.SQL("({})").format(names)
 
+    def _typed(self, value: Any, column: str) -> Any:
+        """A compared key column's text `value` (SQL) as the column's type, in the column's collation:
+        explicit, so that it orders the comparison whatever the type's own (a domain's) would."""
+        from psycopg import sql
+        c = self.upstream[column]
+        if c.collation is None:
+            return sql.SQL("({}::{})").format(value, sql.SQL(c.cast))
+        return sql.SQL("({}::{} COLLATE {})").format(value, sql.SQL(c.cast), sql.Identifier(*c.collation))
+
     def _cmp(self, op: str, key: Key) -> Any:
         """`key-columns op key` (a row-value comparison for a composite key), with literals: COPY takes
-        no parameters. A compared key's texts are cast to the columns' types; the columns' collations
-        then order the comparison."""
+        no parameters."""
         from psycopg import sql
         literals: list[Any]
         if self.compared:
-            literals = [sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(self.upstream[k].cast))
-                        for v, k in zip(key, self.key, strict=True)]
+            literals = [self._typed(sql.Literal(v), k) for v, k in zip(key, self.key, strict=True)]
         else:
             literals = [sql.SQL("{}::uuid").format(sql.Literal(v)) if is_uuid else sql.Literal(v)
                         for v, is_uuid in zip(self.values_of(key), self.uuids, strict=True)]
@@ -233,23 +240,16 @@ class ChunkReader:
         """The ordinals of the keys (a text array a column) at or below a position (a text a column), each
         column cast to its type and compared in its collation."""
         from psycopg import sql
-
-        def typed(value: Any, column: KeyColumn) -> Any:
-            if column.collation is None:
-                return sql.SQL("({}::{})").format(value, sql.SQL(column.cast))
-            return sql.SQL("({}::{} COLLATE {})").format(value, sql.SQL(column.cast), sql.Identifier(*column.collation))
-
-        cols = [self.upstream[k] for k in self.key]
-        names = [sql.Identifier(f"k{i}") for i in range(len(cols))]
+        names = [sql.Identifier(f"k{i}") for i in range(len(self.key))]
         return sql.SQL("SELECT i FROM unnest({}) WITH ORDINALITY AS u({}, i) WHERE ({}) <= ({})").format(
-            sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in cols), sql.SQL(", ").join(names),
-            sql.SQL(", ").join(typed(n, c) for n, c in zip(names, cols, strict=True)),
-            sql.SQL(", ").join(typed(sql.SQL("%s"), c) for c in cols))
+            sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in self.key), sql.SQL(", ").join(names),
+            sql.SQL(", ").join(self._typed(n, k) for n, k in zip(names, self.key, strict=True)),
+            sql.SQL(", ").join(self._typed(sql.SQL("%s"), k) for k in self.key))
 
     # --- reading -----------------------------------------------------------------------------------
     def read(self, conn: Any, pos: Key, end: Key | None, limit: int | None) -> tuple[pa.Table, list[pa.Array] | None,
                                                                                      Key, bool]:
-        """The rows of keys in `[pos, end)` (`end` None: from `pos`, at most `limit`), in the transaction
+        """The rows of keys from `pos` to `end` (`_range`; `end` None: at most `limit`), in the transaction
         `conn` has begun (REPEATABLE READ, its snapshot not yet taken): the rows, their Arrow values,
         the next position and whether no key is left past it."""
         parts = 1 if end is not None or limit is None else max(1, min(self.parallelism, limit // PART_ROWS))
@@ -257,7 +257,8 @@ class ChunkReader:
             return self._parallel(conn, pos, limit or 0, parts)
         conn.execute("SELECT pg_current_snapshot()")  # the snapshot is taken here, by the first statement
         conds = self._range(pos, end)
-        if end is None and limit is not None and (last := self._nth_key(conn, conds, limit)) is not None:
+        if end is None and limit is not None and len(self.bits) != 1 and \
+                (last := self._nth_key(conn, conds, limit)) is not None:
             conds.append(self._cmp("<=", last))
         part = self._part(conn, self._query(conds, limit), limit)
         if end is not None:
@@ -271,7 +272,8 @@ class ChunkReader:
     def _nth_key(self, conn: Any, conds: list[Any], n: int) -> Key | None:
         """The `n`-th key of those meeting `conds` (None: fewer), from the key's index alone. Bounded by it,
         the chunk is a key range PostgreSQL may read in the heap's order and sort, where the key's order is
-        not the heap's (a random uuid, a hash): about 3x faster than an index scan at 500k rows."""
+        not the heap's (a random uuid, a hash): about 3x faster than an index scan at 500k rows. (A single
+        integer key, often in the heap's order, has its parts read by several connections instead.)"""
         from psycopg import sql
         # Output names of their own, as `_cols`: ORDER BY a bare name would sort by the text
         texts = sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"_k{i}"))

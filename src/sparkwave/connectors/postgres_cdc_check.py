@@ -34,24 +34,43 @@ def type_name(conn: Any, oid: int) -> str:
 
 class KeyColumn(NamedTuple):
     """A key column upstream: the type it is compared by (`type_name`), the type its text form is cast
-    to (`format_type` with the column's modifier: `character` alone would be char(1); a domain or an enum
-    by its own name), and its collation (schema, name) if any."""
+    to (`key_columns`), and its collation (schema, name) if any."""
 
     type: str
     cast: str
     collation: tuple[str, str] | None
 
 
+# The type a key's text is cast to: a domain's base type (no CHECK to fail, no collation of its own), without
+# the column's modifier (which a later ALTER may widen: a cast would truncate); `character` and `bit` alone
+# mean a length of 1, so their unbounded forms.
+_CAST = ("SELECT CASE typname WHEN 'bpchar' THEN 'pg_catalog.bpchar' WHEN 'bit' THEN 'pg_catalog.varbit' "
+         "ELSE format_type(oid, NULL) END FROM pg_type WHERE oid = %s")
+
+
 def key_columns(conn: Any, regclass: str, key: list[str]) -> dict[str, KeyColumn]:
     """The upstream key columns' types and collations (the backfill compares keys by them)."""
     rows = conn.execute(
-        "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod), cn.nspname, co.collname "
+        "SELECT a.attname, a.atttypid, cn.nspname, co.collname "
         "FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation "
         "LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace "
         "WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped",
         (regclass, key)).fetchall()
-    return {str(n): KeyColumn(type_name(conn, int(oid)), str(cast), None if coll is None else (str(nsp), str(coll)))
-            for n, oid, cast, nsp, coll in rows}
+    out = {}
+    for name, oid, nsp, coll in rows:
+        cast = conn.execute(_CAST, (_base_type(conn, int(oid)),)).fetchone()[0]
+        collation = None if coll is None else (str(nsp), str(coll))
+        out[str(name)] = KeyColumn(type_name(conn, int(oid)), str(cast), collation)
+    return out
+
+
+def _base_type(conn: Any, oid: int) -> int:
+    for _ in range(32):  # domains over domains
+        row = conn.execute("SELECT typtype, typbasetype FROM pg_type WHERE oid = %s", (oid,)).fetchone()
+        if row is None or row[0] != "d":
+            break
+        oid = int(row[1])
+    return oid
 
 
 def upstream_columns(conn: Any, regclass: str) -> list[tuple[str, int, bool, bool]]:

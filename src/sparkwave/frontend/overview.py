@@ -27,6 +27,7 @@ import sqlglot
 from sparkwave.connectors import make_connector
 from sparkwave.connectors.kafka import Kafka
 from sparkwave.connectors.kafka_reader import consumer_config
+from sparkwave.connectors.postgres_cdc_position import key_bytes
 from sparkwave.core.catalog import Relation
 from sparkwave.core.epoch import epoch_ms
 from sparkwave.core.errors import CatalogError
@@ -240,6 +241,8 @@ def sources(session: Session) -> list[SourcePartition]:
         marks = _watermarks(session).get(rel, offsets) if options.get("connector") == "kafka" else {}
         status = session.rt.source_status(rel.name)
         for split, offset in sorted(offsets.items(), key=lambda o: (len(o[0]), o[0])):
+            if key_bytes(split):  # a CDC backfill's position, not an offset
+                continue
             high = marks.get(split)
             out.append(SourcePartition(rel.name, rel.kind, options.get("connector", ""), options.get("topic"), split,
                                        offset, high, None if high is None else max(0, high - offset),

@@ -6,6 +6,7 @@ import json
 
 from pyspark.sql import DataFrame
 
+from sparkwave.connectors.postgres_cdc_position import key_bytes
 from sparkwave.core.catalog import Relation
 from sparkwave.core.errors import CatalogError
 from sparkwave.core.limits import MAX_SHOW_ROWS
@@ -114,7 +115,7 @@ def _sources(rt: Runtime) -> DataFrame:
         options = rel.definition.get("connector")
         if not options:
             continue
-        offsets = rt.catalog.source_offsets(rel.name)
+        offsets = {s: o for s, o in rt.catalog.source_offsets(rel.name).items() if not key_bytes(s)}
         where = options.get("topic") or options.get("location") or options.get("posix_fs.root") \
             or options.get("table.name")  # what it reads (postgres-cdc: the upstream table)
         rows.append((rel.name, rel.kind, options.get("connector"), where, len(offsets),
