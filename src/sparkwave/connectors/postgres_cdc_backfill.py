@@ -225,7 +225,7 @@ class ChunkReader:
         if not self.compared:
             def ordered(texts: tuple[str, ...]) -> bool:
                 try:
-                    return self.parts_of(list(texts)) < pos  # PostgreSQL's row order
+                    return self.parts_of([str(t) for t in texts]) < pos  # PostgreSQL's row order
                 except ValueError:
                     return True  # set aside by the parse, which names the value
             return ordered
